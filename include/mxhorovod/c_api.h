@@ -1,0 +1,76 @@
+/*!
+ * mxhorovod C API: collectives on MXNet NDArrays through MXNet's dependency engine.
+ *
+ * Each call validates its arguments, describes the operation and pushes ONE asynchronous
+ * engine operation (MXEnginePushAsyncND) that reads `input` and writes `output` (an
+ * in-place call, input == output, declares the array as a write dependency only). The
+ * call returns at once; the engine runs the operation after the last writer of the input,
+ * and every later reader of the output waits for its completion. An error found after the
+ * call (a mismatch between ranks, a peer that shut down) is raised by MXNet at the next
+ * wait on the output (asnumpy, wait_to_read, waitall) on that rank.
+ *
+ * Every function returns 0 on success and -1 on failure; MXHorovodGetLastError() then
+ * returns the message for this thread. Only CPU NDArrays with default storage and dtype
+ * float16, float32, float64, uint8, int8, int32 or int64 are accepted.
+ */
+#ifndef MXHOROVOD_C_API_H_
+#define MXHOROVOD_C_API_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*! \brief an MXNet NDArrayHandle */
+typedef void* MXHNDArrayHandle;
+
+/*! \brief Reduce ops, numbered as horovod.common: Average 0, Sum 1, Adasum 2, Min 3, Max 4, Product 5. */
+enum MXHorovodReduceOp {
+  MXHOROVOD_AVERAGE = 0, MXHOROVOD_SUM = 1, MXHOROVOD_ADASUM = 2,
+  MXHOROVOD_MIN = 3, MXHOROVOD_MAX = 4, MXHOROVOD_PRODUCT = 5
+};
+
+/*! \brief The message of the last failed call on this thread. */
+const char* MXHorovodGetLastError(void);
+
+/*!
+ * \brief output = op over ranks of (prescale * input), then * postscale (Average: / size).
+ * input and output: same shape and dtype on every rank.
+ */
+int MXWaitforHorovodAllreduce(MXHNDArrayHandle input, MXHNDArrayHandle output, const char* name,
+                              int reduce_op, double prescale_factor, double postscale_factor,
+                              int priority);
+
+/*!
+ * \brief num tensors in one engine operation; names[i] names inputs[i]. Arrays must be
+ * distinct. Outputs may equal their inputs (in place).
+ */
+int MXWaitforHorovodGroupedAllreduce(MXHNDArrayHandle* inputs, MXHNDArrayHandle* outputs, int num,
+                                     const char** names, int reduce_op, double prescale_factor,
+                                     double postscale_factor, int priority);
+
+/*! \brief output on every rank = input of root_rank. Same shape and dtype on every rank. */
+int MXWaitforHorovodBroadcast(MXHNDArrayHandle input, MXHNDArrayHandle output, const char* name,
+                              int root_rank, int priority);
+
+/*!
+ * \brief output = concatenation over ranks (in rank order) of input along dimension 0.
+ * Dimension 0 may differ per rank; output must already have the total number of rows.
+ */
+int MXWaitforHorovodAllgather(MXHNDArrayHandle input, MXHNDArrayHandle output, const char* name,
+                              int priority);
+
+/*!
+ * \brief Rows [sum(splits[:r]), sum(splits[:r+1])) of input go to rank r; output receives
+ * recv_splits[r] rows from rank r, in rank order. splits and recv_splits have size entries.
+ */
+int MXWaitforHorovodAlltoall(MXHNDArrayHandle input, MXHNDArrayHandle output, const char* name,
+                             const int64_t* splits, const int64_t* recv_splits, int num_splits,
+                             int priority);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif  /* MXHOROVOD_C_API_H_ */

@@ -1,0 +1,18 @@
+"""mxhorovod: distributed training for Apache MXNet by ring allreduce, with Horovod's API.
+
+    import mxhorovod as hvd
+    hvd.init()
+    ...
+    mpirun -np 4 python train.py
+"""
+from mxhorovod.basics import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built,
+                              gloo_built, gloo_enabled, init, is_homogeneous, is_initialized,
+                              local_rank, local_size, mpi_built, mpi_enabled,
+                              mpi_threads_supported, nccl_built, rank, rocm_built, shutdown, size)
+from mxhorovod.mpi_ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allreduce,
+                               allreduce_, alltoall, broadcast, broadcast_, grouped_allreduce,
+                               grouped_allreduce_)
+
+__version__ = "0.1.0"
+
+# --- training API (optimizer, trainer, functions, compression) ---

@@ -1,0 +1,164 @@
+"""Process-level state: init/shutdown, the job's topology, and what this build supports.
+
+Names, arguments and errors follow ``horovod.mxnet`` (0.28), so a script written for
+``import horovod.mxnet as hvd`` runs unchanged with ``import mxhorovod as hvd``.
+"""
+import atexit
+
+from mxhorovod import _core
+
+__all__ = [
+    "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank",
+    "cross_size", "cross_rank", "mpi_threads_supported", "mpi_built", "mpi_enabled",
+    "gloo_built", "gloo_enabled", "nccl_built", "ddl_built", "ccl_built", "cuda_built",
+    "rocm_built", "is_homogeneous",
+]
+
+_atexit_registered = False
+
+
+def init(comm=None):
+    """Start mxhorovod on this process: MPI (unless already started), and the background
+    thread that negotiates and runs every collective.
+
+    Args:
+        comm: None for MPI_COMM_WORLD; an mpi4py communicator, whose ranks form the job; or
+            a list of ranks of MPI_COMM_WORLD (only those ranks call ``init``). The library
+            always works on its own duplicate, so the caller may keep using ``comm`` (and
+            mpi4py in general) beside it.
+
+    Calling ``init`` again while running does nothing; ``init`` after ``shutdown`` starts
+    anew. MPI is finalized at exit, and only if mxhorovod initialized it.
+
+    Raises:
+        ValueError: a bad ``comm``, this rank not in the list, or a bad HOROVOD_* variable.
+    """
+    global _atexit_registered
+    comm_f2c, ranks = -1, []
+    if comm is None:
+        pass
+    elif isinstance(comm, (list, tuple)):
+        ranks = [int(r) for r in comm]
+        if not ranks:
+            raise ValueError("init(comm=[]): the list of ranks is empty")
+        if len(set(ranks)) != len(ranks):
+            raise ValueError("init(comm=%r): ranks are listed twice" % (list(comm),))
+    elif hasattr(comm, "py2f"):
+        comm_f2c = int(comm.py2f())
+    else:
+        raise ValueError("init(comm=...) takes None, a list of ranks or an mpi4py communicator, "
+                         "not %s" % type(comm).__name__)
+    _core.init(comm_f2c, ranks)
+    if not _atexit_registered:
+        # Registered at init, after mpi4py's own exit hook (if mpi4py is imported), so ours
+        # runs first: the background thread stops before anyone finalizes MPI.
+        atexit.register(_core.finalize_mpi)
+        _atexit_registered = True
+
+
+def shutdown():
+    """Stop mxhorovod on this process and, with it, on every rank of the job (Horovod's
+    semantics): operations still pending on any rank fail with an error that names them.
+    Safe to call twice or before ``init``."""
+    _core.shutdown()
+
+
+def is_initialized():
+    """True between ``init()`` and ``shutdown()`` (or a peer's shutdown)."""
+    return _core.is_initialized()
+
+
+def _topology():
+    topo = _core.topology()
+    if topo[0] < 0:
+        reason = _core.stop_reason()
+        raise ValueError("Horovod has not been initialized; use hvd.init()." +
+                         (" (stopped: %s)" % reason if reason else ""))
+    return topo
+
+
+def rank():
+    """This process's rank in the job, 0 <= rank < size(). Raises ValueError before init."""
+    return _topology()[0]
+
+
+def size():
+    """Number of processes in the job. Raises ValueError before init."""
+    return _topology()[1]
+
+
+def local_rank():
+    """Rank among the processes on this host (grouped by host name)."""
+    return _topology()[2]
+
+
+def local_size():
+    """Number of processes on this host."""
+    return _topology()[3]
+
+
+def cross_rank():
+    """Rank of this host among the hosts, counting the processes with this local_rank."""
+    return _topology()[4]
+
+
+def cross_size():
+    """Number of processes with this process's local_rank (the hosts, when homogeneous)."""
+    return _topology()[5]
+
+
+def is_homogeneous():
+    """True when every host runs the same number of processes."""
+    _topology()
+    return size() == local_size() * cross_size()
+
+
+def mpi_threads_supported():
+    """True when MPI provides MPI_THREAD_MULTIPLE (so mpi4py can be used beside us)."""
+    _topology()
+    return _core.mpi_threads_supported()
+
+
+def mpi_built():
+    """True: this build runs its collectives on MPI."""
+    return True
+
+
+def mpi_enabled():
+    """True: MPI is the controller and transport of this build."""
+    return True
+
+
+def gloo_built():
+    """False: this build has no Gloo."""
+    return False
+
+
+def gloo_enabled():
+    """False: this build has no Gloo."""
+    return False
+
+
+def nccl_built():
+    """NCCL version as an int (e.g. 21803), 0 when built without NCCL (this build)."""
+    return 0
+
+
+def ddl_built():
+    """False: this build has no IBM DDL."""
+    return False
+
+
+def ccl_built():
+    """False: this build has no oneCCL."""
+    return False
+
+
+def cuda_built():
+    """False: this build is CPU-only."""
+    return False
+
+
+def rocm_built():
+    """False: this build is CPU-only."""
+    return False

@@ -1,0 +1,266 @@
+"""Collectives on MXNet NDArrays: allreduce, grouped allreduce, broadcast, allgather,
+alltoall, each pushed into MXNet's dependency engine.
+
+Every call returns at once (allgather and alltoall first wait for the peers' sizes, since
+their output shape depends on them): the engine runs the collective after the last write
+to the input, and any later read of the output waits for it. Tensors are matched across
+ranks by ``name``; without a name, calls are numbered in call order, which is the same on
+every rank when every rank runs the same code. A name may not be in flight twice.
+
+Errors found at the call (bad dtype, storage, shape, op, duplicate name, not initialized)
+raise ``ValueError`` (``TypeError`` for a non-NDArray) at once. Errors found in
+negotiation (ranks disagree on shape, dtype, op, root or scale factors; a peer shut down)
+raise ``mxnet.base.MXNetError`` at the next wait on the output (``asnumpy()``,
+``wait_to_read()``, ``mx.nd.waitall()``), on every rank involved, naming the tensor and
+the ranks' values; the next correct collective works.
+
+Supported: CPU NDArrays with default storage, dtypes float16, float32, float64, uint8,
+int8, int32, int64. 0-d arrays exist only as ``mx.np`` arrays under ``npx.set_np()``.
+"""
+import itertools
+import warnings
+
+import mxnet as mx
+import numpy as np
+
+from mxhorovod import _core
+
+__all__ = [
+    "Average", "Sum", "Adasum", "Min", "Max", "Product",
+    "allreduce", "allreduce_", "grouped_allreduce", "grouped_allreduce_",
+    "broadcast", "broadcast_", "allgather", "alltoall",
+]
+
+# Numbering of horovod.common.basics.
+Average = 0
+Sum = 1
+Adasum = 2
+Min = 3
+Max = 4
+Product = 5
+_OP_NAMES = {Average: "Average", Sum: "Sum", Adasum: "Adasum", Min: "Min", Max: "Max",
+             Product: "Product"}
+
+_counters = {}
+
+
+def _name(kind, name):
+    """The name sent to the peers: str(name), or '<kind>.noname.<n>' numbered per kind."""
+    if name is None:
+        counter = _counters.setdefault(kind, itertools.count())
+        return "%s.noname.%d" % (kind, next(counter))
+    return name if isinstance(name, str) else str(name)
+
+
+def _check_ndarray(tensor, what):
+    if not isinstance(tensor, mx.nd.NDArray):
+        raise TypeError("%s expects an mxnet NDArray, got %s" % (what, type(tensor).__name__))
+
+
+def _handle(arr):
+    return arr.handle.value
+
+
+def _resolve_op(op, average, what):
+    """Horovod's rule: `op` supersedes the deprecated `average`; the default is Average."""
+    if op is not None and average is not None:
+        raise ValueError("The op parameter supersedes average. Please provide only one of them.")
+    if average is not None:
+        warnings.warn("Parameter `average` has been replaced with `op` and will be removed "
+                      "in a future release", DeprecationWarning, stacklevel=3)
+        return Average if average else Sum
+    if op is None:
+        return Average
+    if op not in _OP_NAMES:
+        raise ValueError("%s: unknown reduce op %r (use hvd.Sum, hvd.Average, hvd.Min, "
+                         "hvd.Max or hvd.Product)" % (what, op))
+    if op == Adasum:
+        raise ValueError("%s: Adasum is not supported by mxhorovod" % what)
+    return op
+
+
+def _empty_like(tensor, shape=None):
+    return mx.nd.empty(tensor.shape if shape is None else shape, ctx=tensor.context,
+                       dtype=tensor.dtype)
+
+
+def allreduce(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
+              postscale_factor=1.0, op=None):
+    """Reduce ``tensor`` over all ranks into a new NDArray.
+
+    output = op over ranks r of (prescale_factor * tensor_r), times postscale_factor; for
+    Average the sum is divided by size() (integers truncate toward zero, as in Horovod).
+
+    Args:
+        tensor: NDArray, same shape and dtype on every rank.
+        average: deprecated; True means op=Average, False op=Sum.
+        name: matches the call across ranks (converted with str()).
+        priority: MXNet engine priority; higher runs first.
+        op: hvd.Average (default), hvd.Sum, hvd.Min, hvd.Max or hvd.Product.
+    Returns:
+        A new NDArray with tensor's shape, dtype and context, ready when read.
+    """
+    _check_ndarray(tensor, "allreduce")
+    op = _resolve_op(op, average, "allreduce")
+    output = _empty_like(tensor)
+    _core.allreduce(_handle(tensor), _handle(output), _name("allreduce", name), op,
+                    float(prescale_factor), float(postscale_factor), int(priority))
+    return output
+
+
+def allreduce_(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
+               postscale_factor=1.0, op=None):
+    """In-place :func:`allreduce`: ``tensor`` receives the result; returns ``tensor``."""
+    _check_ndarray(tensor, "allreduce_")
+    op = _resolve_op(op, average, "allreduce_")
+    _core.allreduce(_handle(tensor), _handle(tensor), _name("allreduce", name), op,
+                    float(prescale_factor), float(postscale_factor), int(priority))
+    return tensor
+
+
+def _grouped(tensors, outputs, average, name, priority, prescale_factor, postscale_factor, op,
+             what):
+    if not isinstance(tensors, (list, tuple)) or not tensors:
+        raise ValueError("%s expects a non-empty list of NDArrays" % what)
+    for t in tensors:
+        _check_ndarray(t, what)
+    ids = [id(t) for t in tensors]
+    if len(set(ids)) != len(ids):
+        raise ValueError("%s: the same NDArray appears twice in the list" % what)
+    op = _resolve_op(op, average, what)
+    base = _name("grouped_allreduce", name)
+    names = ["%s.%d" % (base, i) for i in range(len(tensors))]
+    _core.grouped_allreduce([_handle(t) for t in tensors], [_handle(o) for o in outputs], names,
+                            op, float(prescale_factor), float(postscale_factor), int(priority))
+
+
+def grouped_allreduce(tensors, average=None, name=None, priority=0, prescale_factor=1.0,
+                      postscale_factor=1.0, op=None):
+    """:func:`allreduce` of a list of NDArrays as one engine operation (they are
+    negotiated together and fused). Tensor i is named '<name>.<i>'. Returns new NDArrays.
+
+    Raises:
+        ValueError: an empty list, or the same array twice.
+    """
+    outputs = [_empty_like(t) for t in tensors] if isinstance(tensors, (list, tuple)) else []
+    _grouped(tensors, outputs, average, name, priority, prescale_factor, postscale_factor, op,
+             "grouped_allreduce")
+    return outputs
+
+
+def grouped_allreduce_(tensors, average=None, name=None, priority=0, prescale_factor=1.0,
+                       postscale_factor=1.0, op=None):
+    """In-place :func:`grouped_allreduce`; returns ``tensors``."""
+    _grouped(tensors, tensors, average, name, priority, prescale_factor, postscale_factor, op,
+             "grouped_allreduce_")
+    return tensors
+
+
+def broadcast(tensor, root_rank, name=None, priority=0):
+    """A new NDArray holding root_rank's ``tensor`` on every rank.
+
+    ``tensor`` must have the same shape and dtype on every rank (its values on the other
+    ranks are ignored). Waits for the local writes of ``tensor`` first, so a weight that an
+    inference-mode forward pass keeps in MKLDNN's layout is read correctly.
+
+    Raises:
+        ValueError: root_rank outside [0, size()).
+    """
+    _check_ndarray(tensor, "broadcast")
+    output = _empty_like(tensor)
+    tensor.wait_to_read()
+    _core.broadcast(_handle(tensor), _handle(output), _name("broadcast", name), int(root_rank),
+                    int(priority))
+    return output
+
+
+def broadcast_(tensor, root_rank, name=None, priority=0):
+    """In-place :func:`broadcast`: ``tensor`` receives root_rank's values; returns it."""
+    _check_ndarray(tensor, "broadcast_")
+    tensor.wait_to_read()
+    _core.broadcast(_handle(tensor), _handle(tensor), _name("broadcast", name), int(root_rank),
+                    int(priority))
+    return tensor
+
+
+def _rows_of_peers(count, name):
+    """Gathers one int64 per rank (a fixed shape, so no size exchange) and waits for it."""
+    mine = mx.nd.array([count], dtype="int64")
+    world = _core.topology()[1]
+    if world < 0:
+        raise ValueError("allgather: Horovod has not been initialized; use hvd.init().")
+    out = mx.nd.empty((world,), dtype="int64")
+    _core.allgather(_handle(mine), _handle(out), name, 0)
+    return out.asnumpy()
+
+
+def allgather(tensor, name=None, priority=0):
+    """Concatenate every rank's ``tensor`` along dimension 0, in rank order.
+
+    Dimension 0 may differ per rank; the other dimensions and the dtype must agree. Blocks
+    until every rank has called it with this name (the output's size depends on the
+    peers), then returns a new NDArray of shape (sum of dim 0, *tensor.shape[1:]).
+    """
+    _check_ndarray(tensor, "allgather")
+    if tensor.ndim == 0:
+        raise ValueError("allgather: a 0-d array has no dimension 0 to concatenate")
+    name = _name("allgather", name)
+    rows = _rows_of_peers(tensor.shape[0], name + ".rows")
+    output = _empty_like(tensor, (int(rows.sum()),) + tuple(tensor.shape[1:]))
+    _core.allgather(_handle(tensor), _handle(output), name, int(priority))
+    return output
+
+
+def alltoall(tensor, splits=None, name=None, priority=0):
+    """Scatter slices of ``tensor`` to every rank and gather the slices they send.
+
+    Rows [sum(splits[:r]), sum(splits[:r+1])) go to rank r. Without ``splits`` dimension 0
+    must divide evenly by size(). Blocks until every rank has sent its splits.
+
+    Args:
+        splits: 1-D int32 NDArray, numpy array or list with size() entries, sum <= dim 0.
+    Returns:
+        The received rows concatenated in rank order; with ``splits`` given, a tuple
+        (output, received_splits) where received_splits is an int32 NDArray of size().
+    Raises:
+        ValueError: splits not 1-D int32, wrong number of entries, sum larger than dim 0,
+            or dim 0 not divisible by size() without splits.
+    """
+    _check_ndarray(tensor, "alltoall")
+    if tensor.ndim == 0:
+        raise ValueError("alltoall: a 0-d array has no dimension 0 to split")
+    world = _core.topology()[1]
+    if world < 0:
+        raise ValueError("alltoall: Horovod has not been initialized; use hvd.init().")
+    name = _name("alltoall", name)
+    given = splits is not None
+    if not given:
+        if tensor.shape[0] % world:
+            raise ValueError("alltoall '%s': dimension 0 (%d) is not divisible by the number of "
+                             "ranks (%d); pass splits" % (name, tensor.shape[0], world))
+        send = np.full(world, tensor.shape[0] // world, dtype=np.int64)
+    else:
+        arr = splits.asnumpy() if isinstance(splits, mx.nd.NDArray) else np.asarray(splits)
+        if arr.ndim != 1 or arr.dtype != np.int32:
+            raise ValueError("alltoall '%s': splits must be a 1-D int32 tensor, got %s of shape %s"
+                             % (name, arr.dtype, arr.shape))
+        if arr.size != world:
+            raise ValueError("alltoall '%s': splits has %d entries for %d ranks"
+                             % (name, arr.size, world))
+        if (arr < 0).any():
+            raise ValueError("alltoall '%s': splits must not be negative" % name)
+        if arr.sum() > tensor.shape[0]:
+            raise ValueError("alltoall '%s': splits add up to %d, more than dimension 0 (%d)"
+                             % (name, arr.sum(), tensor.shape[0]))
+        send = arr.astype(np.int64)
+    # Each rank sends one number to each peer: how many rows it will send.
+    mine = mx.nd.array(send, dtype="int64")
+    recv_nd = mx.nd.empty((world,), dtype="int64")
+    _core.alltoall(_handle(mine), _handle(recv_nd), name + ".splits", [1] * world, [1] * world, 0)
+    recv = recv_nd.asnumpy()
+    output = _empty_like(tensor, (int(recv.sum()),) + tuple(tensor.shape[1:]))
+    _core.alltoall(_handle(tensor), _handle(output), name, [int(v) for v in send],
+                   [int(v) for v in recv], int(priority))
+    if given:
+        return output, mx.nd.array(recv, dtype="int32")
+    return output

@@ -1,0 +1,90 @@
+// Framework-free types shared by the core: data types, reduce ops, the request a rank
+// submits, the response every rank executes, and one queued tensor with its callback.
+// No MXNet and no MPI header here: the adapter and the data plane translate.
+#ifndef MXHOROVOD_COMMON_COMMON_H_
+#define MXHOROVOD_COMMON_COMMON_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "status.h"
+
+namespace mxhorovod {
+
+// Values follow mshadow's type flags, so the MXNet adapter needs no table.
+enum class DataType : int32_t {
+  kFloat32 = 0, kFloat64 = 1, kFloat16 = 2, kUInt8 = 3,
+  kInt32 = 4, kInt8 = 5, kInt64 = 6,
+};
+bool IsSupportedDType(int32_t code);
+int DTypeSize(DataType t);
+const char* DTypeName(DataType t);
+bool IsFloat(DataType t);
+
+// Same numbering as horovod.common.basics (Average 0, Sum 1, Adasum 2, Min 3, Max 4, Product 5).
+enum class ReduceOp : int32_t { kAverage = 0, kSum = 1, kAdasum = 2, kMin = 3, kMax = 4, kProduct = 5 };
+const char* ReduceOpName(ReduceOp op);
+
+enum class OpType : int32_t { kAllreduce = 0, kAllgather = 1, kBroadcast = 2, kAlltoall = 3 };
+const char* OpTypeName(OpType t);
+
+std::string ShapeString(const std::vector<int64_t>& shape);
+int64_t NumElements(const std::vector<int64_t>& shape);
+
+// What one rank asks for; sent to the coordinator when the name is not in the cache.
+struct Request {
+  int32_t rank = 0;
+  OpType op_type = OpType::kAllreduce;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp reduce_op = ReduceOp::kSum;
+  int32_t root_rank = 0;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<int64_t> splits;  // alltoall: rows sent to each rank
+};
+
+// What every rank executes, in the same order. One response may name several tensors
+// (a group, or fusion planned later). first_dims: allgather's dim 0 per rank, per tensor.
+struct Response {
+  enum Type : int32_t { kOk = 0, kError = 1 };
+  Type type = kOk;
+  OpType op_type = OpType::kAllreduce;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp reduce_op = ReduceOp::kSum;
+  int32_t root_rank = 0;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  std::vector<std::string> names;
+  std::string error;
+  std::vector<int64_t> first_dims;   // allgather: size * names.size() entries
+  std::vector<int64_t> recv_splits;  // alltoall: filled per rank at execution
+};
+
+// A tensor as the core sees it: raw memory, element count and shape, no framework.
+struct TensorView {
+  void* data = nullptr;
+  std::vector<int64_t> shape;
+  int64_t num_elements() const { return NumElements(shape); }
+};
+
+using StatusCallback = std::function<void(const Status&)>;
+// Called on the background thread once dim-0 sizes are known; returns where to write.
+using OutputAllocator = std::function<Status(int64_t total_rows, TensorView* out)>;
+
+// One submitted collective: the request, its memory, and the callback that completes it.
+struct TensorTableEntry {
+  Request request;
+  TensorView input;
+  TensorView output;   // same data pointer as input for in-place calls
+  std::vector<int64_t> recv_splits;  // alltoall
+  StatusCallback callback;
+};
+
+}  // namespace mxhorovod
+
+#endif  // MXHOROVOD_COMMON_COMMON_H_

@@ -1,0 +1,25 @@
+// Settings read from the environment at init(), with Horovod's names, units and defaults.
+#ifndef MXHOROVOD_COMMON_CONFIG_H_
+#define MXHOROVOD_COMMON_CONFIG_H_
+
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+namespace mxhorovod {
+
+struct Config {
+  double cycle_time_ms = 1.0;                 // HOROVOD_CYCLE_TIME (milliseconds)
+  int64_t fusion_threshold = 128ll << 20;     // HOROVOD_FUSION_THRESHOLD (bytes)
+  int64_t cache_capacity = 1024;              // HOROVOD_CACHE_CAPACITY (entries; 0 = off)
+  int64_t slice_bytes = 16ll << 20;           // MXHOROVOD_SLICE_BYTES: bytes per MPI call
+  static Config FromEnv();
+};
+
+// Value of an environment variable as a number, or `fallback` when unset or empty.
+// Throws std::invalid_argument naming the variable when it is not a number.
+double EnvNumber(const char* name, double fallback);
+
+}  // namespace mxhorovod
+
+#endif  // MXHOROVOD_COMMON_CONFIG_H_

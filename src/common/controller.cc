@@ -1,0 +1,150 @@
+#include "controller.h"
+
+#include <set>
+
+#include "ops/mpi_wait.h"
+#include "wire.h"
+
+namespace mxhorovod {
+namespace {
+
+constexpr uint64_t kFlagUncached = 1;
+constexpr uint64_t kFlagShutdown = 2;
+
+Status Check(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return Status::OK();
+  return Status::UnknownError(std::string("MPI error in ") + what + ": " + MPIErrorString(rc));
+}
+
+}  // namespace
+
+Controller::Controller(MPI_Comm comm, int rank, int size, size_t cache_capacity, TensorQueue* queue)
+    : comm_(comm), rank_(rank), size_(size), queue_(queue), cache_(cache_capacity), table_(size) {}
+
+Status Controller::ComputeResponses(bool shutdown_requested, CycleResult* out) {
+  out->responses.clear();
+  out->shutdown = false;
+  std::vector<Request> fresh, to_send;
+  queue_->PopRequests(&fresh);
+  const size_t words = (cache_.capacity() + 63) / 64;
+  std::vector<uint64_t> invalid(words, 0), hits(words, 0);
+  for (auto& r : fresh) {
+    r.rank = rank_;
+    int bit = -1;
+    switch (cache_.capacity() ? cache_.Find(r, &bit) : ResponseCache::kMiss) {
+      case ResponseCache::kHit: pending_hits_[bit] = r.name; break;
+      case ResponseCache::kInvalid: invalid[bit / 64] |= 1ull << (bit % 64); to_send.push_back(r); break;
+      case ResponseCache::kMiss: to_send.push_back(r); break;
+    }
+  }
+  for (const auto& kv : pending_hits_) hits[kv.first / 64] |= 1ull << (kv.first % 64);
+
+  // One AND-allreduce carries OR information as complements: ~(a|b) == ~a & ~b.
+  std::vector<uint64_t> vec(1 + 2 * words);
+  uint64_t flags = (to_send.empty() ? 0 : kFlagUncached) | (shutdown_requested ? kFlagShutdown : 0);
+  vec[0] = ~flags;
+  for (size_t w = 0; w < words; ++w) {
+    vec[1 + w] = ~invalid[w];
+    vec[1 + words + w] = hits[w];
+  }
+  MPI_Request req;
+  auto s = Check(MPI_Iallreduce(MPI_IN_PLACE, vec.data(), (int)vec.size(), MPI_UINT64_T, MPI_BAND,
+                                comm_, &req), "MPI_Iallreduce (negotiation)");
+  if (s.ok()) s = WaitRequest(&req, "MPI_Iallreduce (negotiation)");
+  if (!s.ok()) return s;
+  flags = ~vec[0];
+  out->shutdown = flags & kFlagShutdown;
+
+  // Evictions first, identically everywhere; a hit of ours on an evicted entry is resent.
+  for (size_t w = 0; w < words; ++w) {
+    uint64_t inv = ~vec[1 + w];
+    for (int b = 0; b < 64 && inv; ++b) {
+      if (!(inv & (1ull << b))) continue;
+      inv &= ~(1ull << b);
+      int bit = (int)(w * 64 + b);
+      cache_.Erase(bit);
+      auto it = pending_hits_.find(bit);
+      if (it != pending_hits_.end()) {
+        TensorTableEntry* e = queue_->Find(it->second);
+        if (e) to_send.push_back(e->request);
+        pending_hits_.erase(it);
+      }
+    }
+  }
+  for (size_t w = 0; w < words; ++w) {
+    uint64_t ready = vec[1 + words + w] & vec[1 + w];
+    for (int b = 0; b < 64 && ready; ++b) {
+      if (!(ready & (1ull << b))) continue;
+      ready &= ~(1ull << b);
+      int bit = (int)(w * 64 + b);
+      out->responses.push_back(cache_.Get(bit));
+      cache_.Touch(bit);
+      pending_hits_.erase(bit);
+    }
+  }
+  if (!(flags & kFlagUncached)) return Status::OK();
+
+  std::vector<Response> negotiated;
+  s = Coordinate(to_send, &negotiated);
+  if (!s.ok()) return s;
+  for (auto& resp : negotiated) {
+    if (resp.type == Response::kOk && cache_.capacity()) {
+      TensorTableEntry* e = queue_->Find(resp.names[0]);
+      if (e) {
+        Request mine = e->request;
+        mine.rank = rank_;
+        cache_.Put(mine, resp);
+      }
+    }
+    out->responses.push_back(std::move(resp));
+  }
+  return Status::OK();
+}
+
+Status Controller::Coordinate(const std::vector<Request>& mine, std::vector<Response>* out) {
+  std::string payload = EncodeRequests(mine);
+  int64_t len = (int64_t)payload.size();
+  std::vector<int64_t> lens(rank_ == 0 ? size_ : 0);
+  MPI_Request req;
+  auto s = Check(MPI_Igather(&len, 1, MPI_INT64_T, lens.data(), 1, MPI_INT64_T, 0, comm_, &req),
+                 "MPI_Igather (negotiation)");
+  if (s.ok()) s = WaitRequest(&req, "MPI_Igather (negotiation)");
+  if (!s.ok()) return s;
+  std::vector<int> counts, displs;
+  std::string all;
+  if (rank_ == 0) {
+    int64_t total = 0;
+    for (int r = 0; r < size_; ++r) {
+      counts.push_back((int)lens[r]);
+      displs.push_back((int)total);
+      total += lens[r];
+    }
+    all.resize(total);
+  }
+  s = Check(MPI_Igatherv(payload.data(), (int)len, MPI_BYTE, &all[0], counts.data(), displs.data(),
+                         MPI_BYTE, 0, comm_, &req), "MPI_Igatherv (negotiation)");
+  if (s.ok()) s = WaitRequest(&req, "MPI_Igatherv (negotiation)");
+  if (!s.ok()) return s;
+
+  std::string answer;
+  if (rank_ == 0) {
+    std::vector<Response> ready;
+    for (int r = 0; r < size_; ++r) {
+      auto reqs = DecodeRequests(all.data() + displs[r], counts[r]);
+      table_.Add(reqs, &ready);
+    }
+    answer = EncodeResponses(ready);
+  }
+  int64_t alen = (int64_t)answer.size();
+  s = Check(MPI_Ibcast(&alen, 1, MPI_INT64_T, 0, comm_, &req), "MPI_Ibcast (negotiation)");
+  if (s.ok()) s = WaitRequest(&req, "MPI_Ibcast (negotiation)");
+  if (!s.ok()) return s;
+  answer.resize(alen);
+  s = Check(MPI_Ibcast(&answer[0], (int)alen, MPI_BYTE, 0, comm_, &req), "MPI_Ibcast (negotiation)");
+  if (s.ok()) s = WaitRequest(&req, "MPI_Ibcast (negotiation)");
+  if (!s.ok()) return s;
+  *out = DecodeResponses(answer.data(), answer.size());
+  return Status::OK();
+}
+
+}  // namespace mxhorovod

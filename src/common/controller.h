@@ -1,0 +1,56 @@
+// Negotiation, once per cycle, on the library's communicator: which submitted names are
+// ready on every rank, as one ordered response list that is identical on all ranks.
+//
+// 1. New requests are looked up in the response cache. Hits wait as bits; misses (and
+//    requests whose cached entry no longer matches) go to the coordinator.
+// 2. One MPI_Allreduce(BAND) over [~flags | ~invalid bits | hit bits] tells every rank:
+//    does anyone have uncached requests or want to shut down (OR, through the complements),
+//    which cache entries must be evicted (OR), and which cached names are ready everywhere
+//    (AND). A steady training loop whose names are all cached needs only this call.
+// 3. Only if someone has uncached requests: gather them on rank 0 (coordinator), which
+//    matches and checks them (MessageTable) and broadcasts the responses.
+// Ready cached names come first in bit order, then the coordinator's list.
+#ifndef MXHOROVOD_COMMON_CONTROLLER_H_
+#define MXHOROVOD_COMMON_CONTROLLER_H_
+
+#include <mpi.h>
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "common.h"
+#include "message_table.h"
+#include "response_cache.h"
+#include "tensor_queue.h"
+
+namespace mxhorovod {
+
+struct CycleResult {
+  std::vector<Response> responses;
+  bool shutdown = false;   // some rank asked to shut down
+};
+
+class Controller {
+ public:
+  Controller(MPI_Comm comm, int rank, int size, size_t cache_capacity, TensorQueue* queue);
+  Status ComputeResponses(bool shutdown_requested, CycleResult* out);
+  // Coordinator only: names some ranks have submitted and others not (stall reporting).
+  std::vector<std::pair<std::string, std::vector<int>>> PendingOnCoordinator() const {
+    return table_.Pending();
+  }
+  int cached_pending() const { return static_cast<int>(pending_hits_.size()); }
+
+ private:
+  Status Coordinate(const std::vector<Request>& mine, std::vector<Response>* out);
+  MPI_Comm comm_;
+  int rank_, size_;
+  TensorQueue* queue_;
+  ResponseCache cache_;
+  MessageTable table_;                   // used on rank 0 only
+  std::map<int, std::string> pending_hits_;  // cache bit -> name, waiting for all ranks
+};
+
+}  // namespace mxhorovod
+
+#endif  // MXHOROVOD_COMMON_CONTROLLER_H_

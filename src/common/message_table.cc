@@ -1,0 +1,111 @@
+#include "message_table.h"
+
+#include <algorithm>
+#include <sstream>
+
+namespace mxhorovod {
+namespace {
+
+std::string Mismatch(const std::string& what, const Request& a, const Request& b,
+                     const std::string& va, const std::string& vb) {
+  std::ostringstream os;
+  os << "Mismatched " << what << " for " << OpTypeName(a.op_type) << " '" << a.name
+     << "': rank " << a.rank << " has " << va << ", rank " << b.rank << " has " << vb;
+  return os.str();
+}
+
+std::string Num(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+}  // namespace
+
+void MessageTable::Add(const std::vector<Request>& reqs, std::vector<Response>* ready) {
+  for (const auto& r : reqs) {
+    auto& slot = table_[r.name];
+    if (slot.empty()) {
+      slot.resize(size_);
+      order_.push_back(r.name);
+      for (auto& s : slot) s.rank = -1;
+    }
+    if (r.rank < 0 || r.rank >= size_) continue;
+    slot[r.rank] = r;
+    if (std::all_of(slot.begin(), slot.end(), [](const Request& q) { return q.rank >= 0; })) {
+      ready->push_back(Build(slot));
+      table_.erase(r.name);
+      order_.erase(std::find(order_.begin(), order_.end(), r.name));
+    }
+  }
+}
+
+Response MessageTable::Build(const std::vector<Request>& reqs) const {
+  const Request& a = reqs[0];
+  Response resp;
+  resp.op_type = a.op_type;
+  resp.dtype = a.dtype;
+  resp.reduce_op = a.reduce_op;
+  resp.root_rank = a.root_rank;
+  resp.prescale = a.prescale;
+  resp.postscale = a.postscale;
+  resp.names = {a.name};
+  std::string err;
+  for (size_t i = 1; i < reqs.size() && err.empty(); ++i) {
+    const Request& b = reqs[i];
+    if (b.op_type != a.op_type) {
+      err = Mismatch("operations", a, b, OpTypeName(a.op_type), OpTypeName(b.op_type));
+    } else if (b.dtype != a.dtype) {
+      err = Mismatch("data types", a, b, DTypeName(a.dtype), DTypeName(b.dtype));
+    } else if (a.op_type == OpType::kAllreduce && b.reduce_op != a.reduce_op) {
+      err = Mismatch("reduce ops", a, b, ReduceOpName(a.reduce_op), ReduceOpName(b.reduce_op));
+    } else if (a.op_type == OpType::kAllreduce && b.prescale != a.prescale) {
+      err = Mismatch("prescale factors", a, b, Num(a.prescale), Num(b.prescale));
+    } else if (a.op_type == OpType::kAllreduce && b.postscale != a.postscale) {
+      err = Mismatch("postscale factors", a, b, Num(a.postscale), Num(b.postscale));
+    } else if (a.op_type == OpType::kBroadcast && b.root_rank != a.root_rank) {
+      err = Mismatch("root ranks", a, b, std::to_string(a.root_rank), std::to_string(b.root_rank));
+    } else if (a.op_type == OpType::kAllreduce || a.op_type == OpType::kBroadcast) {
+      if (b.shape != a.shape) err = Mismatch("shapes", a, b, ShapeString(a.shape), ShapeString(b.shape));
+    } else if (b.shape.size() != a.shape.size() ||
+               !std::equal(a.shape.begin() + std::min<size_t>(1, a.shape.size()), a.shape.end(),
+                           b.shape.begin() + std::min<size_t>(1, b.shape.size()))) {
+      err = Mismatch("shapes (all but the first dimension must agree)", a, b,
+                     ShapeString(a.shape), ShapeString(b.shape));
+    }
+  }
+  if (err.empty() && a.op_type == OpType::kBroadcast && (a.root_rank < 0 || a.root_rank >= size_)) {
+    err = "broadcast '" + a.name + "': root rank " + std::to_string(a.root_rank) +
+          " is not a rank of this job (size " + std::to_string(size_) + ")";
+  }
+  if (err.empty() && a.op_type == OpType::kAlltoall) {
+    // Rank j receives splits_i[j] rows from rank i; the senders' splits must add up.
+    for (const auto& r : reqs) {
+      if ((int)r.splits.size() != size_) {
+        err = "alltoall '" + a.name + "': rank " + std::to_string(r.rank) + " gave " +
+              std::to_string(r.splits.size()) + " splits for " + std::to_string(size_) + " ranks";
+        break;
+      }
+    }
+  }
+  if (err.empty() && a.op_type == OpType::kAllgather) {
+    for (const auto& r : reqs) resp.first_dims.push_back(r.shape.empty() ? 1 : r.shape[0]);
+  }
+  if (!err.empty()) {
+    resp.type = Response::kError;
+    resp.error = err;
+  }
+  return resp;
+}
+
+std::vector<std::pair<std::string, std::vector<int>>> MessageTable::Pending() const {
+  std::vector<std::pair<std::string, std::vector<int>>> out;
+  for (const auto& name : order_) {
+    std::vector<int> ranks;
+    for (const auto& r : table_.at(name)) if (r.rank >= 0) ranks.push_back(r.rank);
+    out.emplace_back(name, ranks);
+  }
+  return out;
+}
+
+}  // namespace mxhorovod

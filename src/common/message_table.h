@@ -1,0 +1,34 @@
+// The coordinator's table (rank 0): requests by name until every rank has submitted one,
+// then one response per name, checked for agreement. Pure logic, no MPI.
+#ifndef MXHOROVOD_COMMON_MESSAGE_TABLE_H_
+#define MXHOROVOD_COMMON_MESSAGE_TABLE_H_
+
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common.h"
+
+namespace mxhorovod {
+
+class MessageTable {
+ public:
+  explicit MessageTable(int size) : size_(size) {}
+  // Adds the requests of one rank. Names that now have a request from every rank are
+  // appended to *ready as responses (kError when the ranks disagree), in the order they
+  // became complete, so every rank that executes the list runs the same collectives.
+  void Add(const std::vector<Request>& reqs, std::vector<Response>* ready);
+  // Names still waiting, with the ranks that have submitted them (stall reporting).
+  std::vector<std::pair<std::string, std::vector<int>>> Pending() const;
+  size_t size() const { return table_.size(); }
+
+ private:
+  Response Build(const std::vector<Request>& reqs) const;
+  int size_;
+  std::unordered_map<std::string, std::vector<Request>> table_;
+  std::vector<std::string> order_;  // first-arrival order, for Pending()
+};
+
+}  // namespace mxhorovod
+
+#endif  // MXHOROVOD_COMMON_MESSAGE_TABLE_H_

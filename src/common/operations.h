@@ -1,0 +1,42 @@
+// The core's public surface for the adapters: start and stop the background thread,
+// topology, and submitting entries. Framework-free.
+#ifndef MXHOROVOD_COMMON_OPERATIONS_H_
+#define MXHOROVOD_COMMON_OPERATIONS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common.h"
+#include "tensor_queue.h"
+
+namespace mxhorovod {
+
+// Starts MPI (if nobody has) and the background thread. comm_f2c: a Fortran handle
+// (mpi4py's comm.py2f()) of the parent communicator, or -1 for MPI_COMM_WORLD; ranks: if
+// non-empty, the job is those ranks of the parent. The library works on a duplicate.
+// A second call while running is a no-op.
+Status Initialize(int64_t comm_f2c, const std::vector<int>& ranks);
+// Agrees with the peers to stop, fails what is pending, joins the thread. Idempotent.
+void Shutdown();
+// MPI_Finalize, if this library called MPI_Init and MPI is not finalized yet (at exit).
+void FinalizeMPI();
+bool IsInitialized();
+// Why the last run stopped (empty if shutdown() was called here), for error messages.
+std::string StopReason();
+
+struct Topology {
+  int rank = -1, size = -1, local_rank = -1, local_size = -1, cross_rank = -1, cross_size = -1;
+};
+Topology GetTopology();  // all -1 when not initialized
+bool MPIThreadsSupported();
+
+// Submitting side. Reserve names at the call, release them when the operation completes.
+TensorQueue& Queue();
+// Hands entries to the background thread; fails them at once (their callbacks run with
+// the error) if the library has stopped meanwhile.
+void Enqueue(std::vector<TensorTableEntry>&& entries);
+
+}  // namespace mxhorovod
+
+#endif  // MXHOROVOD_COMMON_OPERATIONS_H_

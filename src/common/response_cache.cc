@@ -1,0 +1,60 @@
+#include "response_cache.h"
+
+namespace mxhorovod {
+
+bool ResponseCache::SameRequest(const Request& a, const Request& b) {
+  return a.op_type == b.op_type && a.dtype == b.dtype && a.reduce_op == b.reduce_op &&
+         a.root_rank == b.root_rank && a.prescale == b.prescale && a.postscale == b.postscale &&
+         a.shape == b.shape && a.splits == b.splits;
+}
+
+ResponseCache::Lookup ResponseCache::Find(const Request& req, int* bit) const {
+  auto it = by_name_.find(req.name);
+  if (it == by_name_.end()) return kMiss;
+  *bit = it->second;
+  return SameRequest(slots_[it->second].request, req) ? kHit : kInvalid;
+}
+
+void ResponseCache::Put(const Request& req, const Response& resp) {
+  if (capacity_ == 0) return;
+  auto it = by_name_.find(req.name);
+  if (it != by_name_.end()) Erase(it->second);
+  int bit;
+  if (!free_.empty()) {
+    bit = free_.back();
+    free_.pop_back();
+  } else if (slots_.size() < capacity_) {
+    bit = static_cast<int>(slots_.size());
+    slots_.emplace_back();
+  } else {
+    Erase(lru_.back());
+    bit = free_.back();
+    free_.pop_back();
+  }
+  Slot& s = slots_[bit];
+  s.used = true;
+  s.request = req;
+  s.response = resp;
+  lru_.push_front(bit);
+  s.lru = lru_.begin();
+  by_name_[req.name] = bit;
+}
+
+void ResponseCache::Touch(int bit) {
+  Slot& s = slots_[bit];
+  if (!s.used) return;
+  lru_.erase(s.lru);
+  lru_.push_front(bit);
+  s.lru = lru_.begin();
+}
+
+void ResponseCache::Erase(int bit) {
+  Slot& s = slots_[bit];
+  if (!s.used) return;
+  lru_.erase(s.lru);
+  by_name_.erase(s.request.name);
+  s.used = false;
+  free_.push_back(bit);
+}
+
+}  // namespace mxhorovod

@@ -1,0 +1,43 @@
+// The hand-off between the threads that submit collectives (Python, MXNet engine workers)
+// and the background thread: names in flight, submitted entries, and new requests.
+// Every member is thread-safe; only the background thread takes entries out.
+#ifndef MXHOROVOD_COMMON_TENSOR_QUEUE_H_
+#define MXHOROVOD_COMMON_TENSOR_QUEUE_H_
+
+#include <deque>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "common.h"
+
+namespace mxhorovod {
+
+class TensorQueue {
+ public:
+  // At the call: refuses a name that is already in flight (all or none are reserved).
+  Status Reserve(const std::vector<std::string>& names);
+  void Release(const std::string& name);
+  // When the engine runs the operation: entries become visible to the background thread.
+  void Add(std::vector<TensorTableEntry>&& entries);
+  // Background thread: requests added since the last call, in submission order.
+  void PopRequests(std::vector<Request>* out);
+  // Background thread: the entry for a name (nullptr if absent); valid until Take.
+  TensorTableEntry* Find(const std::string& name);
+  bool Take(const std::string& name, TensorTableEntry* out);
+  // Takes every entry (shutdown): the caller fails them.
+  std::vector<TensorTableEntry> TakeAll();
+  size_t InFlight();
+
+ private:
+  std::mutex mu_;
+  std::unordered_set<std::string> reserved_;
+  std::unordered_map<std::string, TensorTableEntry> table_;
+  std::deque<Request> new_requests_;
+};
+
+}  // namespace mxhorovod
+
+#endif  // MXHOROVOD_COMMON_TENSOR_QUEUE_H_

@@ -1,0 +1,130 @@
+#include "mxnet/engine_op.h"
+
+#include <dmlc/logging.h>
+#include <mxnet/c_api.h>
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+
+#include "common/operations.h"
+#include "mxnet/ndarray.h"
+
+namespace mxhorovod {
+namespace mx {
+namespace {
+
+// Same layout as mxnet::engine::CallbackOnComplete (engine.h), whose members are private:
+// the engine passes a pointer to one that lives only during our function, so we copy it.
+struct EngineCallback {
+  void (*fn)(void* engine, void* param, const dmlc::Error* error);
+  void* engine;
+  void* param;
+};
+
+// Completes the engine operation once every tensor of the call is done.
+class Completion {
+ public:
+  Completion(EngineCallback cb, size_t n) : cb_(cb), remaining_(n) {}
+  void Done(const std::string& name, const Status& s) {
+    Queue().Release(name);
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (!s.ok() && error_.empty()) error_ = s.reason();
+    }
+    if (--remaining_ == 0) Finish();
+  }
+  void Fail(const std::string& msg) {
+    error_ = msg;
+    Finish();
+  }
+
+ private:
+  void Finish() {
+    if (error_.empty()) {
+      cb_.fn(cb_.engine, cb_.param, nullptr);
+    } else {
+      // MXNet stores a copy and rethrows it at the next wait on the outputs.
+      dmlc::Error err("mxhorovod: " + error_);
+      cb_.fn(cb_.engine, cb_.param, &err);
+    }
+  }
+  EngineCallback cb_;
+  std::atomic<size_t> remaining_;
+  std::mutex mu_;
+  std::string error_;
+};
+
+std::string What(const Request& r) {
+  return std::string(OpTypeName(r.op_type)) + " '" + r.name + "'";
+}
+
+// Runs on an MXNet engine thread when the dependencies are ready; returns at once.
+void RunOp(void* /*rctx*/, void* on_complete, void* param) {
+  auto* op = static_cast<EngineOp*>(param);
+  EngineCallback cb;
+  std::memcpy(&cb, on_complete, sizeof(cb));
+  auto done = std::make_shared<Completion>(cb, op->tensors.size());
+  std::vector<TensorTableEntry> entries(op->tensors.size());
+  for (size_t i = 0; i < op->tensors.size(); ++i) {
+    const OpTensor& t = op->tensors[i];
+    TensorTableEntry& e = entries[i];
+    e.request = t.request;
+    e.recv_splits = t.recv_splits;
+    Status s = DataAtRun(t.input, What(t.request), &e.input.data);
+    if (s.ok() && !t.in_place) s = DataAtRun(t.output, What(t.request), &e.output.data);
+    if (!s.ok()) {
+      // Deterministic on every rank (the same program gives the same layouts), so no rank
+      // submits and none waits for the others.
+      for (const auto& u : op->tensors) Queue().Release(u.request.name);
+      done->Fail(s.reason());
+      return;
+    }
+    if (t.in_place) e.output.data = e.input.data;
+    e.input.shape = t.request.shape;
+    int ndim = 0;
+    const int* dims = nullptr;
+    MXNDArrayGetShapeEx(t.output, &ndim, &dims);
+    e.output.shape.assign(dims, dims + ndim);
+    std::string name = t.request.name;
+    e.callback = [done, name](const Status& st) { done->Done(name, st); };
+  }
+  Enqueue(std::move(entries));
+}
+
+void DeleteOp(void* param) { delete static_cast<EngineOp*>(param); }
+
+}  // namespace
+
+EngineOp::~EngineOp() {
+  for (auto& t : tensors) {
+    FreeHandle(t.input);
+    if (!t.in_place) FreeHandle(t.output);
+  }
+}
+
+Status Push(std::unique_ptr<EngineOp> op, int priority, const char* opr_name) {
+  std::vector<std::string> names;
+  for (const auto& t : op->tensors) names.push_back(t.request.name);
+  Status s = Queue().Reserve(names);
+  if (!s.ok()) return s;
+  std::vector<void*> reads, writes;
+  for (const auto& t : op->tensors) {
+    // Never list one array as both read and write: the engine would wait on itself.
+    if (!t.in_place) reads.push_back(t.input);
+    writes.push_back(t.output);
+  }
+  int ctx[2] = {1, 0};   // mxnet::Context{kCPU, 0}
+  int prop = 3;          // FnProperty::kCPUPrioritized: the queue that honours `priority`
+  EngineOp* raw = op.release();
+  int rc = MXEnginePushAsyncND(&RunOp, raw, &DeleteOp, ctx, reads.data(), (int)reads.size(),
+                               writes.data(), (int)writes.size(), &prop, priority, opr_name, false);
+  if (rc != 0) {
+    for (const auto& n : names) Queue().Release(n);
+    return Status::UnknownError("MXEnginePushAsyncND failed: " + LastMXNetError());
+  }
+  return Status::OK();
+}
+
+}  // namespace mx
+}  // namespace mxhorovod

@@ -1,0 +1,38 @@
+// One collective call as one asynchronous MXNet engine operation: the inputs are read
+// dependencies, the outputs write dependencies (an in-place array is listed once, as a
+// write). When the engine runs it, the tensors are handed to the core; the operation
+// completes (with the core's error, if any) when the last of them is done.
+#ifndef MXHOROVOD_MXNET_ENGINE_OP_H_
+#define MXHOROVOD_MXNET_ENGINE_OP_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/common.h"
+
+namespace mxhorovod {
+namespace mx {
+
+struct OpTensor {
+  void* input = nullptr;    // our own handles (KeepAlive copies), freed with the op
+  void* output = nullptr;
+  bool in_place = false;
+  void* data_at_call = nullptr;  // output memory at the call, to refuse duplicates
+  Request request;          // name, op, dtype, shape, ... (rank filled by the core)
+  std::vector<int64_t> recv_splits;
+};
+
+struct EngineOp {
+  std::vector<OpTensor> tensors;
+  ~EngineOp();
+};
+
+// Reserves the names and pushes the operation. On failure nothing is pushed and the names
+// are free again. `opr_name` shows in MXNet's profiler.
+Status Push(std::unique_ptr<EngineOp> op, int priority, const char* opr_name);
+
+}  // namespace mx
+}  // namespace mxhorovod
+
+#endif  // MXHOROVOD_MXNET_ENGINE_OP_H_

@@ -1,0 +1,81 @@
+#include "mxnet/ndarray.h"
+
+#include <dlpack/dlpack.h>
+#include <mxnet/c_api.h>
+
+namespace mxhorovod {
+namespace mx {
+namespace {
+
+const char* MXDTypeName(int code) {
+  static const char* names[] = {"float32", "float64", "float16", "uint8", "int32", "int8", "int64",
+                                "bool", "int16", "uint16", "uint32", "uint64", "bfloat16"};
+  return code >= 0 && code <= 12 ? names[code] : "unknown";
+}
+
+}  // namespace
+
+std::string LastMXNetError() {
+  std::string s = MXGetLastError();
+  auto cut = s.find("\nStack trace");
+  return cut == std::string::npos ? s : s.substr(0, cut);
+}
+
+Status Describe(void* handle, const std::string& what, ArrayInfo* out) {
+  if (handle == nullptr) return Status::InvalidArgument(what + ": the NDArray handle is null");
+  int stype = 0;
+  if (MXNDArrayGetStorageType(handle, &stype) != 0) return Status::InvalidArgument(what + ": " + LastMXNetError());
+  if (stype != 0) {
+    return Status::InvalidArgument(
+        what + ": " + (stype == 1 ? "row_sparse" : stype == 2 ? "csr" : "undefined-storage") +
+        " NDArrays are not supported; convert with .tostype('default') first");
+  }
+  int dev_type = 0, dev_id = 0;
+  MXNDArrayGetContext(handle, &dev_type, &dev_id);
+  if (dev_type == 2) {
+    return Status::InvalidArgument(what + ": GPU arrays are not supported by this build (CPU, MPI only)");
+  }
+  if (MXNDArrayGetDType(handle, &out->dtype) != 0) return Status::InvalidArgument(what + ": " + LastMXNetError());
+  if (!IsSupportedDType(out->dtype)) {
+    return Status::InvalidArgument(what + ": dtype " + MXDTypeName(out->dtype) +
+                                   " is not supported (use float16, float32, float64, uint8, "
+                                   "int8, int32 or int64)");
+  }
+  int ndim = 0;
+  const int* dims = nullptr;
+  if (MXNDArrayGetShapeEx(handle, &ndim, &dims) != 0) return Status::InvalidArgument(what + ": " + LastMXNetError());
+  if (ndim <= 0) return Status::InvalidArgument(what + ": the NDArray has no shape (uninitialized)");
+  out->shape.assign(dims, dims + ndim);
+  // Resolves an MKLDNN layout held now (reorders and waits); for an ordinary array this
+  // returns the pointer without waiting.
+  if (MXNDArrayGetData(handle, &out->data) != 0) return Status::InvalidArgument(what + ": " + LastMXNetError());
+  return Status::OK();
+}
+
+Status DataAtRun(void* handle, const std::string& what, void** data) {
+  // MXNDArrayToDLPack never waits: for an array in MKLDNN layout it fails its check instead
+  // (MXNDArrayGetData would reorder and wait for our own operation: a deadlock).
+  DLManagedTensorHandle dl = nullptr;
+  if (MXNDArrayToDLPack(handle, &dl) != 0) {
+    return Status::PreconditionError(
+        what + ": the array was converted to MKLDNN's internal layout by an operation queued "
+        "before this collective (an inference-mode forward pass); call .wait_to_read() on it "
+        "before the collective. MXNet said: " + LastMXNetError());
+  }
+  auto* t = static_cast<DLManagedTensor*>(dl);
+  *data = static_cast<char*>(t->dl_tensor.data) + t->dl_tensor.byte_offset;
+  MXNDArrayCallDLPackDeleter(dl);
+  return Status::OK();
+}
+
+Status KeepAlive(void* handle, void** copy) {
+  if (MXShallowCopyNDArray(handle, copy) != 0) return Status::UnknownError(LastMXNetError());
+  return Status::OK();
+}
+
+void FreeHandle(void* handle) {
+  if (handle) MXNDArrayFree(handle);
+}
+
+}  // namespace mx
+}  // namespace mxhorovod

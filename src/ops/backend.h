@@ -1,0 +1,31 @@
+// The data plane: one interface, one file per transport (MPI on CPU now; NCCL later).
+// Each call moves bytes that the executor has already laid out; no negotiation here.
+// All calls are made by the background thread only.
+#ifndef MXHOROVOD_OPS_BACKEND_H_
+#define MXHOROVOD_OPS_BACKEND_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "common/common.h"
+
+namespace mxhorovod {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+  // In place: buf holds this rank's count elements, and the reduction on return.
+  virtual Status Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp op) = 0;
+  virtual Status Broadcast(void* buf, int64_t bytes, int root) = 0;
+  // recv gets every rank's block in rank order; recv_bytes[r] is rank r's block size.
+  virtual Status Allgatherv(const void* send, int64_t send_bytes, void* recv,
+                            const std::vector<int64_t>& recv_bytes) = 0;
+  // send_bytes[r] go to rank r (consecutive blocks); recv_bytes[r] come from rank r.
+  virtual Status Alltoallv(const void* send, const std::vector<int64_t>& send_bytes,
+                           void* recv, const std::vector<int64_t>& recv_bytes) = 0;
+};
+
+}  // namespace mxhorovod
+
+#endif  // MXHOROVOD_OPS_BACKEND_H_

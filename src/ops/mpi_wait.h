@@ -1,0 +1,27 @@
+// Waiting on a nonblocking MPI request without burning a core: MPICH's blocking calls poll
+// at full speed, which starves the model's threads (and the other ranks when there are more
+// ranks than cores). We test, yield a few times, then sleep with a growing, capped pause.
+#ifndef MXHOROVOD_OPS_MPI_WAIT_H_
+#define MXHOROVOD_OPS_MPI_WAIT_H_
+
+#include <mpi.h>
+
+#include "common/status.h"
+
+namespace mxhorovod {
+
+struct WaitPolicy {
+  int spins = 64;           // MPI_Test + sched_yield rounds before the first sleep
+  int max_sleep_us = 200;   // cap of the exponential pause
+};
+
+// Sets the policy for this process (before the background thread starts).
+void SetWaitPolicy(const WaitPolicy& p);
+// Waits for *req; `what` names the operation in the error if MPI reports one.
+Status WaitRequest(MPI_Request* req, const char* what);
+// MPI's error text for a return code.
+std::string MPIErrorString(int code);
+
+}  // namespace mxhorovod
+
+#endif  // MXHOROVOD_OPS_MPI_WAIT_H_

@@ -1,0 +1,120 @@
+// pybind11 module mxhorovod._core: argument conversion only. NDArray handles arrive as
+// integers (ndarray.handle.value); every failure becomes a Python ValueError whose text
+// names the tensor.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "common/fusion.h"
+#include "common/operations.h"
+#include "mxhorovod/c_api.h"
+
+namespace py = pybind11;
+using namespace mxhorovod;
+
+namespace {
+
+void* H(uintptr_t h) { return reinterpret_cast<void*>(h); }
+
+void Check(int rc) {
+  if (rc != 0) throw py::value_error(MXHorovodGetLastError());
+}
+
+void Init(int64_t comm_f2c, const std::vector<int>& ranks) {
+  Status s;
+  {
+    py::gil_scoped_release nogil;
+    s = Initialize(comm_f2c, ranks);
+  }
+  if (!s.ok()) throw py::value_error(s.reason());
+}
+
+py::tuple TopologyTuple() {
+  Topology t = GetTopology();
+  return py::make_tuple(t.rank, t.size, t.local_rank, t.local_size, t.cross_rank, t.cross_size);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "mxhorovod core: background thread, negotiation, fusion, MPI (internal)";
+  m.def("init", &Init, py::arg("comm_f2c") = -1, py::arg("ranks") = std::vector<int>());
+  m.def("shutdown", [] { py::gil_scoped_release nogil; Shutdown(); });
+  m.def("finalize_mpi", [] { py::gil_scoped_release nogil; FinalizeMPI(); });
+  m.def("is_initialized", &IsInitialized);
+  m.def("stop_reason", &StopReason);
+  m.def("topology", &TopologyTuple, "(rank, size, local_rank, local_size, cross_rank, cross_size)");
+  m.def("mpi_threads_supported", &MPIThreadsSupported);
+  m.def("allreduce", [](uintptr_t in, uintptr_t out, const std::string& name, int op, double pre,
+                        double post, int priority) {
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = MXWaitforHorovodAllreduce(H(in), H(out), name.c_str(), op, pre, post, priority);
+    }
+    Check(rc);
+  });
+  m.def("grouped_allreduce", [](const std::vector<uintptr_t>& ins, const std::vector<uintptr_t>& outs,
+                                const std::vector<std::string>& names, int op, double pre, double post,
+                                int priority) {
+    if (ins.size() != outs.size() || ins.size() != names.size()) {
+      throw py::value_error("grouped_allreduce: inputs, outputs and names differ in length");
+    }
+    std::vector<void*> in, out;
+    std::vector<const char*> cnames;
+    for (size_t i = 0; i < ins.size(); ++i) {
+      in.push_back(H(ins[i]));
+      out.push_back(H(outs[i]));
+      cnames.push_back(names[i].c_str());
+    }
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = MXWaitforHorovodGroupedAllreduce(in.data(), out.data(), (int)in.size(), cnames.data(), op,
+                                            pre, post, priority);
+    }
+    Check(rc);
+  });
+  m.def("broadcast", [](uintptr_t in, uintptr_t out, const std::string& name, int root, int priority) {
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = MXWaitforHorovodBroadcast(H(in), H(out), name.c_str(), root, priority);
+    }
+    Check(rc);
+  });
+  m.def("allgather", [](uintptr_t in, uintptr_t out, const std::string& name, int priority) {
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = MXWaitforHorovodAllgather(H(in), H(out), name.c_str(), priority);
+    }
+    Check(rc);
+  });
+  m.def("alltoall", [](uintptr_t in, uintptr_t out, const std::string& name,
+                       const std::vector<int64_t>& splits, const std::vector<int64_t>& recv_splits,
+                       int priority) {
+    if (splits.size() != recv_splits.size()) throw py::value_error("alltoall: splits sizes differ");
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = MXWaitforHorovodAlltoall(H(in), H(out), name.c_str(), splits.data(), recv_splits.data(),
+                                    (int)splits.size(), priority);
+    }
+    Check(rc);
+  });
+  // Test hook for the fusion planner: items are (fusable, dtype, reduce_op, prescale,
+  // postscale, bytes); returns the groups of item indices.
+  m.def("plan_fusion", [](const std::vector<std::tuple<bool, int, int, double, double, int64_t>>& items,
+                          int64_t threshold) {
+    std::vector<FusionItem> v;
+    for (const auto& it : items) {
+      v.push_back({std::get<0>(it), OpType::kAllreduce, (DataType)std::get<1>(it),
+                   (ReduceOp)std::get<2>(it), std::get<3>(it), std::get<4>(it), std::get<5>(it)});
+    }
+    return PlanFusion(v, threshold);
+  });
+}

@@ -1,0 +1,59 @@
+"""Run a Python worker script on N ranks under the venv's mpirun, with a timeout.
+
+Multi-rank tests call :func:`run_ranks`; the worker asserts values on its own rank and
+prints ``RANK <r> OK`` at the end, which :func:`run_ranks` checks for every rank, so a rank
+that dies, hangs or skips its checks fails the test.
+"""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKERS = os.path.join(HERE, "workers")
+
+
+def mpirun_path():
+    """The mpirun next to this Python (the venv's mpich wheel), else the one on PATH."""
+    cand = os.path.join(os.path.dirname(sys.executable), "mpirun")
+    if os.path.exists(cand):
+        return cand
+    found = shutil.which("mpirun")
+    if not found:
+        raise RuntimeError("mpirun not found: pip install mpich")
+    return found
+
+
+def run_ranks(np, script, args=(), timeout=180, env=None, expect_ok=True):
+    """Run ``python script args`` on ``np`` ranks; return the CompletedProcess.
+
+    ``script`` is a path, or a file name under tests/workers/. With ``expect_ok`` the run
+    must exit 0 and every rank must have printed ``RANK <r> OK``. A run longer than
+    ``timeout`` seconds is killed and fails the test (a hang must never stall CI).
+    """
+    if not os.path.isabs(script):
+        script = os.path.join(WORKERS, script)
+    full_env = dict(os.environ)
+    full_env.setdefault("OMP_NUM_THREADS", "1")
+    full_env.setdefault("MXNET_CPU_WORKER_NTHREADS", "1")
+    full_env["PYTHONPATH"] = os.pathsep.join(
+        [HERE] + [p for p in full_env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    if env:
+        full_env.update(env)
+    cmd = [mpirun_path(), "-np", str(np), sys.executable, script] + [str(a) for a in args]
+    proc = subprocess.Popen(cmd, env=full_env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        # mpirun and every rank share the new session: kill them all, never leave a rank.
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        raise AssertionError("timed out after %ss: %s\n%s" % (timeout, " ".join(cmd), out[-6000:]))
+    proc.stdout = out
+    if expect_ok:
+        assert proc.returncode == 0, "exit %d\n%s" % (proc.returncode, proc.stdout[-8000:])
+        for r in range(np):
+            assert "RANK %d OK" % r in proc.stdout, "rank %d did not finish\n%s" % (r, proc.stdout[-8000:])
+    return proc
