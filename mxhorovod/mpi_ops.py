@@ -17,7 +17,9 @@ the ranks' values; the next correct collective works.
 Supported: CPU NDArrays with default storage, dtypes float16, float32, float64, uint8,
 int8, int32, int64. 0-d arrays exist only as ``mx.np`` arrays under ``npx.set_np()``.
 """
+import contextlib
 import itertools
+import threading
 import warnings
 
 import mxnet as mx
@@ -28,7 +30,7 @@ from mxhorovod import _core
 __all__ = [
     "Average", "Sum", "Adasum", "Min", "Max", "Product",
     "allreduce", "allreduce_", "grouped_allreduce", "grouped_allreduce_",
-    "broadcast", "broadcast_", "allgather", "alltoall",
+    "broadcast", "broadcast_", "allgather", "alltoall", "gradient_reduction",
 ]
 
 # Numbering of horovod.common.basics.
@@ -79,6 +81,42 @@ def _resolve_op(op, average, what):
     return op
 
 
+def _mkldnn_enabled():
+    try:
+        return mx.runtime.Features().is_enabled("MKLDNN")
+    except Exception:  # a build without the feature list
+        return False
+
+
+_MKLDNN = _mkldnn_enabled()
+_local = threading.local()
+
+
+@contextlib.contextmanager
+def gradient_reduction():
+    """Marks the allreduces issued inside as gradient reductions: they never wait for the
+    arrays' pending writes (see :func:`_settle_layout`). Used by DistributedTrainer and
+    DistributedOptimizer, whose gradient arrays are never in MKLDNN's layout."""
+    prev = getattr(_local, "gradients", False)
+    _local.gradients = True
+    try:
+        yield
+    finally:
+        _local.gradients = prev
+
+
+def _settle_layout(tensor):
+    """Waits for the pending writes of an array that MXNet's MKLDNN backend may be about to
+    convert to its own layout (a float32 weight of 2 to 5 dimensions; an inference-mode
+    forward pass does that), so the core reads it in the default layout. Gradients (fresh
+    from backward, or inside gradient_reduction()) and every other array never wait: the
+    gradient path stays asynchronous. If a conversion still slips through, the collective
+    fails on every rank with an error that names the tensor; it never hangs."""
+    if (_MKLDNN and tensor.dtype == np.float32 and 2 <= tensor.ndim <= 5
+            and not getattr(_local, "gradients", False) and not tensor._fresh_grad):
+        tensor.wait_to_read()
+
+
 def _empty_like(tensor, shape=None):
     return mx.nd.empty(tensor.shape if shape is None else shape, ctx=tensor.context,
                        dtype=tensor.dtype)
@@ -103,6 +141,7 @@ def allreduce(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
     _check_ndarray(tensor, "allreduce")
     op = _resolve_op(op, average, "allreduce")
     output = _empty_like(tensor)
+    _settle_layout(tensor)
     _core.allreduce(_handle(tensor), _handle(output), _name("allreduce", name), op,
                     float(prescale_factor), float(postscale_factor), int(priority))
     return output
@@ -113,6 +152,7 @@ def allreduce_(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
     """In-place :func:`allreduce`: ``tensor`` receives the result; returns ``tensor``."""
     _check_ndarray(tensor, "allreduce_")
     op = _resolve_op(op, average, "allreduce_")
+    _settle_layout(tensor)
     _core.allreduce(_handle(tensor), _handle(tensor), _name("allreduce", name), op,
                     float(prescale_factor), float(postscale_factor), int(priority))
     return tensor
@@ -128,6 +168,8 @@ def _grouped(tensors, outputs, average, name, priority, prescale_factor, postsca
     if len(set(ids)) != len(ids):
         raise ValueError("%s: the same NDArray appears twice in the list" % what)
     op = _resolve_op(op, average, what)
+    for t in tensors:
+        _settle_layout(t)
     base = _name("grouped_allreduce", name)
     names = ["%s.%d" % (base, i) for i in range(len(tensors))]
     _core.grouped_allreduce([_handle(t) for t in tensors], [_handle(o) for o in outputs], names,

@@ -46,6 +46,9 @@ struct Request {
   std::string name;
   std::vector<int64_t> shape;
   std::vector<int64_t> splits;  // alltoall: rows sent to each rank
+  // Set when this rank could not run its part (found when the engine ran the operation):
+  // the request still goes to the coordinator, so every rank gets the error, none hangs.
+  std::string local_error;
 };
 
 // What every rank executes, in the same order. One response may name several tensors

@@ -31,6 +31,10 @@ Status Controller::ComputeResponses(bool shutdown_requested, CycleResult* out) {
   for (auto& r : fresh) {
     r.rank = rank_;
     int bit = -1;
+    if (!r.local_error.empty()) {  // never answered from the cache: the peers must hear it
+      to_send.push_back(r);
+      continue;
+    }
     switch (cache_.capacity() ? cache_.Find(r, &bit) : ResponseCache::kMiss) {
       case ResponseCache::kHit: pending_hits_[bit] = r.name; break;
       case ResponseCache::kInvalid: invalid[bit / 64] |= 1ull << (bit % 64); to_send.push_back(r); break;

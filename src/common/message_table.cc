@@ -51,6 +51,13 @@ Response MessageTable::Build(const std::vector<Request>& reqs) const {
   resp.postscale = a.postscale;
   resp.names = {a.name};
   std::string err;
+  for (const auto& r : reqs) {
+    if (!r.local_error.empty()) {
+      err = std::string(OpTypeName(r.op_type)) + " '" + r.name + "' failed on rank " +
+            std::to_string(r.rank) + ": " + r.local_error;
+      break;
+    }
+  }
   for (size_t i = 1; i < reqs.size() && err.empty(); ++i) {
     const Request& b = reqs[i];
     if (b.op_type != a.op_type) {

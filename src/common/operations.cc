@@ -278,8 +278,10 @@ std::string StopReason() {
 }
 
 Topology GetTopology() {
+  // Kept after a peer's shutdown stopped the loop (rank() still answers, as in Horovod);
+  // cleared by this rank's own shutdown().
   std::lock_guard<std::mutex> lk(S().mu);
-  return S().running ? S().topo : Topology();
+  return S().topo;
 }
 
 bool MPIThreadsSupported() { return S().threads_supported; }
@@ -295,7 +297,12 @@ void Enqueue(std::vector<TensorTableEntry>&& entries) {
       return;
     }
   }
-  FailEntries(std::move(entries), st.stop_reason.empty() ? "mxhorovod is not running" : st.stop_reason);
+  std::string why;
+  {
+    std::lock_guard<std::mutex> lk(st.mu);
+    why = st.stop_reason.empty() ? "mxhorovod is not running" : st.stop_reason;
+  }
+  FailEntries(std::move(entries), why);
 }
 
 }  // namespace mxhorovod

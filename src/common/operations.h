@@ -28,7 +28,7 @@ std::string StopReason();
 struct Topology {
   int rank = -1, size = -1, local_rank = -1, local_size = -1, cross_rank = -1, cross_size = -1;
 };
-Topology GetTopology();  // all -1 when not initialized
+Topology GetTopology();  // all -1 before init() and after this rank's shutdown()
 bool MPIThreadsSupported();
 
 // Submitting side. Reserve names at the call, release them when the operation completes.

