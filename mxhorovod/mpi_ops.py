@@ -114,7 +114,13 @@ def _settle_layout(tensor):
     fails on every rank with an error that names the tensor; it never hangs."""
     if (_MKLDNN and tensor.dtype == np.float32 and 2 <= tensor.ndim <= 5
             and not getattr(_local, "gradients", False) and not tensor._fresh_grad):
-        tensor.wait_to_read()
+        _wait_default_layout(tensor)
+
+
+def _wait_default_layout(tensor):
+    tensor.wait_to_read()
+    if _MKLDNN:
+        _core.resolve_layout(_handle(tensor))
 
 
 def _empty_like(tensor, shape=None):
@@ -210,7 +216,7 @@ def broadcast(tensor, root_rank, name=None, priority=0):
     """
     _check_ndarray(tensor, "broadcast")
     output = _empty_like(tensor)
-    tensor.wait_to_read()
+    _wait_default_layout(tensor)
     _core.broadcast(_handle(tensor), _handle(output), _name("broadcast", name), int(root_rank),
                     int(priority))
     return output
@@ -219,7 +225,7 @@ def broadcast(tensor, root_rank, name=None, priority=0):
 def broadcast_(tensor, root_rank, name=None, priority=0):
     """In-place :func:`broadcast`: ``tensor`` receives root_rank's values; returns it."""
     _check_ndarray(tensor, "broadcast_")
-    tensor.wait_to_read()
+    _wait_default_layout(tensor)
     _core.broadcast(_handle(tensor), _handle(tensor), _name("broadcast", name), int(root_rank),
                     int(priority))
     return tensor

@@ -44,15 +44,7 @@ Status MakeTensor(OpType type, void* input, void* output, const char* name, OpTe
     return Status::InvalidArgument(what + ": output shape " + ShapeString(out.shape) +
                                    " does not fit input shape " + ShapeString(in.shape));
   }
-  t->data_at_call = out.data;
-  t->in_place = (input == output) || (in.data != nullptr && in.data == out.data);
-  if (!t->in_place && in.data && out.data) {
-    // Overlapping memory of two arrays (views of one buffer) would race and hang the engine.
-    char *a = (char*)in.data, *b = (char*)out.data;
-    int64_t na = NumElements(in.shape) * DTypeSize((DataType)in.dtype);
-    int64_t nb = NumElements(out.shape) * DTypeSize((DataType)in.dtype);
-    if (a < b + nb && b < a + na) return Status::InvalidArgument(what + ": input and output overlap");
-  }
+  t->in_place = (input == output);
   t->request.op_type = type;
   t->request.name = name;
   t->request.dtype = static_cast<DataType>(in.dtype);
@@ -96,11 +88,11 @@ int GroupedAllreduce(void** inputs, void** outputs, int num, const char** names,
     t.request.postscale = postscale;
     op->tensors.push_back(std::move(t));
   }
-  // The engine hangs on an array listed twice; refuse duplicates by memory.
+  // The engine hangs on an array listed twice; refuse a handle given twice (the Python
+  // layer also refuses the same NDArray object twice).
   for (int i = 0; i < num; ++i) {
     for (int j = 0; j < i; ++j) {
-      if (outputs[i] == outputs[j] || inputs[i] == inputs[j] ||
-          (op->tensors[i].data_at_call && op->tensors[i].data_at_call == op->tensors[j].data_at_call)) {
+      if (outputs[i] == outputs[j] || inputs[i] == inputs[j]) {
         return Fail(Status::InvalidArgument("grouped allreduce: '" + std::string(names[i]) + "' and '" +
                                             names[j] + "' are the same array"));
       }

@@ -18,7 +18,6 @@ struct OpTensor {
   void* input = nullptr;    // our own handles (KeepAlive copies), freed with the op
   void* output = nullptr;
   bool in_place = false;
-  void* data_at_call = nullptr;  // output memory at the call, to refuse duplicates
   Request request;          // name, op, dtype, shape, ... (rank filled by the core)
   std::vector<int64_t> recv_splits;
 };

@@ -46,9 +46,12 @@ Status Describe(void* handle, const std::string& what, ArrayInfo* out) {
   if (MXNDArrayGetShapeEx(handle, &ndim, &dims) != 0) return Status::InvalidArgument(what + ": " + LastMXNetError());
   if (ndim <= 0) return Status::InvalidArgument(what + ": the NDArray has no shape (uninitialized)");
   out->shape.assign(dims, dims + ndim);
-  // Resolves an MKLDNN layout held now (reorders and waits); for an ordinary array this
-  // returns the pointer without waiting.
-  if (MXNDArrayGetData(handle, &out->data) != 0) return Status::InvalidArgument(what + ": " + LastMXNetError());
+  return Status::OK();
+}
+
+Status ResolveLayout(void* handle) {
+  void* data = nullptr;
+  if (MXNDArrayGetData(handle, &data) != 0) return Status::InvalidArgument(LastMXNetError());
   return Status::OK();
 }
 

@@ -14,13 +14,17 @@ namespace mx {
 struct ArrayInfo {
   int dtype = -1;
   std::vector<int64_t> shape;
-  void* data = nullptr;  // at the call; re-read when the engine runs the operation
 };
 
-// Checks that `handle` is a CPU array with default storage and a supported dtype, and
-// resolves an MKLDNN layout it holds now (MXNDArrayGetData waits only in that case).
+// Checks that `handle` is a CPU array with default storage and a supported dtype. Never
+// touches the data: an array whose producer has not run yet is allocated by the engine
+// thread that runs it, and reading data() here would race with that allocation (seen: a
+// peer's contribution read from a second, uninitialised buffer).
 // `what` (e.g. "allreduce 'grad3'") starts every error message.
 Status Describe(void* handle, const std::string& what, ArrayInfo* out);
+// Converts an array that MKLDNN holds in its own layout back to the default layout and
+// waits for that; call only on an array with no pending writes (after wait_to_read()).
+Status ResolveLayout(void* handle);
 // The data pointer when the engine runs the operation, without waiting: fails with a clear
 // message if an operation queued before ours converted the array to MKLDNN's layout.
 Status DataAtRun(void* handle, const std::string& what, void** data);

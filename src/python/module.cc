@@ -11,6 +11,7 @@
 #include "common/fusion.h"
 #include "common/operations.h"
 #include "mxhorovod/c_api.h"
+#include "mxnet/ndarray.h"
 
 namespace py = pybind11;
 using namespace mxhorovod;
@@ -45,6 +46,14 @@ PYBIND11_MODULE(_core, m) {
   m.def("shutdown", [] { py::gil_scoped_release nogil; Shutdown(); });
   m.def("finalize_mpi", [] { py::gil_scoped_release nogil; FinalizeMPI(); });
   m.def("is_initialized", &IsInitialized);
+  m.def("resolve_layout", [](uintptr_t h) {
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = mx::ResolveLayout(reinterpret_cast<void*>(h));
+    }
+    if (!s.ok()) throw py::value_error(s.reason());
+  }, "Back to MXNet's default layout (after wait_to_read(); MKLDNN weights)");
   m.def("stop_reason", &StopReason);
   m.def("topology", &TopologyTuple, "(rank, size, local_rank, local_size, cross_rank, cross_size)");
   m.def("mpi_threads_supported", &MPIThreadsSupported);
