@@ -1,0 +1,158 @@
+"""Collective helpers built on the core ops: broadcast model state and Python objects.
+
+``broadcast_parameters`` makes every rank start from the root rank's weights (Gluon
+ParameterDict, or Module's ``arg_params``/``aux_params`` dicts); ``broadcast_object`` and
+``allgather_object`` move any picklable Python object (epoch number, optimizer states,
+metrics) between ranks. All are collective: every rank must call them, in the same order.
+"""
+import itertools
+import pickle
+import types
+
+import mxnet as mx
+import numpy as np
+from mxnet.gluon.parameter import DeferredInitializationError, Parameter, ParameterDict
+
+from mxhorovod import allgather, broadcast_, rank, size
+
+__all__ = ["broadcast_parameters", "broadcast_object", "allgather_object"]
+
+# Automatic names are numbered per call: the same script calls these helpers in the same
+# order on every rank, so the names match, and two calls never share a name in flight.
+_CALLS = itertools.count()
+
+
+def _auto_name(kind, name):
+    return "%s.%d" % (kind, next(_CALLS)) if name is None else str(name)
+
+
+def _broadcast_arrays(arrays, root_rank, name):
+    """Broadcast arrays[0] in place and copy it to the other contexts' copies."""
+    first = arrays[0]
+    # Resolve MXNet's MKLDNN layout before the op is queued (DESIGN.md, known traps):
+    # a weight left in MKLDNN layout by an inference-mode forward hangs inside the op.
+    first.wait_to_read()
+    broadcast_(first, root_rank, name=name)
+    for other in arrays[1:]:
+        first.copyto(other)
+
+
+def _broadcast_after_deferred_init(param, root_rank, name):
+    """Make ``param`` broadcast itself right after its deferred initialization.
+
+    Its shape is only known at the first forward, so the broadcast happens there (in forward
+    order, identical on every rank). The hook removes itself after one call, so a later
+    ``load_parameters`` on one rank alone does not start a collective.
+    """
+    original = param._init_impl
+
+    def init_then_broadcast(self, *args, **kwargs):
+        del self._init_impl  # back to the class method
+        original(*args, **kwargs)
+        _broadcast_arrays(self._data, root_rank, name)
+
+    param._init_impl = types.MethodType(init_then_broadcast, param)
+
+
+def broadcast_parameters(params, root_rank=0, prefix=None):
+    """Overwrite ``params`` on every rank with their values on ``root_rank``, in place.
+
+    Args:
+        params: a ``gluon.ParameterDict`` (``net.collect_params()``) or a dict of name to
+            ``Parameter`` or to ``NDArray`` (Module's ``arg_params`` / ``aux_params``).
+            Keys are visited in sorted order, so insertion order may differ between ranks.
+            Parameters whose initialization is deferred are broadcast right after their
+            initialization, during the first forward pass.
+        root_rank: rank whose values win.
+        prefix: prefix of the collective names (default: an automatic per-call prefix);
+            the name of each tensor is ``prefix + key``.
+
+    Returns None; the broadcasts are asynchronous (reading a parameter waits for them).
+
+    Raises:
+        ValueError: ``params`` is not a dict or ParameterDict, or holds a row_sparse
+            parameter (only dense parameters are supported).
+        RuntimeError: a Parameter was never initialized (call ``initialize()`` first).
+    """
+    if not isinstance(params, (dict, ParameterDict)):
+        raise ValueError("broadcast_parameters takes a dict or ParameterDict, got %s"
+                         % type(params).__name__)
+    if prefix is not None and not isinstance(prefix, str):
+        raise ValueError("prefix must be a str or None, got %r" % (prefix,))
+    if prefix is None:
+        prefix = _auto_name("broadcast_parameters", None) + "."
+    if size() == 1:
+        return
+    for key, value in sorted(params.items(), key=lambda kv: str(kv[0])):
+        name = prefix + str(key)
+        if isinstance(value, Parameter):
+            if value._stype != "default":
+                raise ValueError("broadcast_parameters: parameter %r has storage type %s; "
+                                 "only dense parameters are supported" % (key, value._stype))
+            try:
+                arrays = value.list_data()
+            except DeferredInitializationError:
+                _broadcast_after_deferred_init(value, root_rank, name)
+                continue
+        elif isinstance(value, mx.nd.NDArray):
+            if value.stype != "default":
+                raise ValueError("broadcast_parameters: %r has storage type %s; only dense "
+                                 "arrays are supported" % (key, value.stype))
+            arrays = [value]
+        else:
+            raise ValueError("broadcast_parameters: %r is a %s, expected a Parameter or "
+                             "NDArray" % (key, type(value).__name__))
+        _broadcast_arrays(arrays, root_rank, name)
+
+
+def _to_bytes_array(obj):
+    data = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), dtype=np.uint8)
+    return mx.nd.array(data, dtype=np.uint8)
+
+
+def broadcast_object(obj, root_rank=0, name=None):
+    """Return ``root_rank``'s ``obj`` on every rank (pickled, sent as uint8).
+
+    Args:
+        obj: any picklable object on the root rank; ignored on the other ranks.
+        root_rank: rank whose object is returned.
+        name: base name of the two collectives (default: an automatic per-call name).
+
+    Returns the root's object (the root gets back its own ``obj``, not a copy).
+    Blocks until the object has arrived.
+    Raises pickle.PicklingError (or TypeError) on the root if ``obj`` cannot be pickled.
+    """
+    name = _auto_name("broadcast_object", name)
+    if rank() == root_rank:
+        payload = _to_bytes_array(obj)
+        length = mx.nd.array([payload.size], dtype=np.int64)
+    else:
+        length = mx.nd.zeros((1,), dtype=np.int64)
+    broadcast_(length, root_rank, name=name + ".size")
+    if rank() != root_rank:
+        payload = mx.nd.zeros((int(length.asscalar()),), dtype=np.uint8)
+    broadcast_(payload, root_rank, name=name + ".data")
+    if rank() == root_rank:
+        payload.wait_to_read()
+        return obj
+    return pickle.loads(payload.asnumpy().tobytes())
+
+
+def allgather_object(obj, name=None):
+    """Return the list ``[obj of rank 0, obj of rank 1, ...]`` on every rank.
+
+    Args:
+        obj: any picklable object (objects may differ in type and size between ranks).
+        name: base name of the two collectives (default: an automatic per-call name).
+
+    Returns a list of length ``size()``, in rank order. Blocks until all have arrived.
+    """
+    name = _auto_name("allgather_object", name)
+    payload = _to_bytes_array(obj)
+    lengths = allgather(mx.nd.array([payload.size], dtype=np.int64), name=name + ".size")
+    gathered = allgather(payload, name=name + ".data").asnumpy()
+    out, start = [], 0
+    for n in lengths.asnumpy().tolist():
+        out.append(pickle.loads(gathered[start:start + n].tobytes()))
+        start += n
+    return out
