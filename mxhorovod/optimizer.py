@@ -1,0 +1,175 @@
+"""DistributedOptimizer: any MXNet optimizer, with gradients averaged over ranks first.
+
+For the Module API (``mod.fit(..., optimizer=opt, kvstore=None)``) and for a plain
+``gluon.Trainer`` on one context per rank. Each ``update`` / ``update_multi_precision``
+call first averages the given gradients over all ranks in place (allreduce, ``op=Average``),
+then runs the wrapped optimizer on the mean gradient. Unlike Horovod's CPU wrapper, the
+wrapper does not touch ``rescale_grad``: set it to ``1.0 / batch_size`` (per-rank batch) as
+in single-process training.
+"""
+import itertools
+
+import mxnet as mx
+
+from mxhorovod import Average, allreduce_, grouped_allreduce_, size
+from mxhorovod.mpi_ops import gradient_reduction
+
+__all__ = ["DistributedOptimizer", "split_list"]
+
+# docs/core_issues.md #1: the core refuses a name whose previous use is still queued, so
+# each update call gets its own name (a per-index call count) until that is fixed.
+_UNIQUE_NAME_PER_STEP = True
+
+# Each wrapper gets its own name prefix, numbered in creation order (the same on every rank),
+# so two optimizers in one process (a GAN) never submit the same collective name.
+_INSTANCES = itertools.count()
+
+
+def split_list(items, num_groups):
+    """Split ``items`` into ``min(num_groups, len(items))`` contiguous, nearly equal parts."""
+    num_groups = max(1, min(num_groups, len(items)))
+    q, r = divmod(len(items), num_groups)
+    out, start = [], 0
+    for g in range(num_groups):
+        stop = start + q + (1 if g < r else 0)
+        out.append(list(items[start:stop]))
+        start = stop
+    return out
+
+
+class DistributedOptimizer(mx.optimizer.Optimizer):
+    """Wrap ``optimizer`` so that every update uses the gradient averaged over all ranks.
+
+    Args:
+        optimizer: an ``mx.optimizer.Optimizer`` instance (SGD, NAG, Adam, LAMB, ...).
+        gradient_predivide_factor: gradients are multiplied by ``1/f`` before the sum and
+            by ``f/size`` after it; the result is the mean for any ``f`` (``f`` only moves
+            where the division happens, e.g. to avoid float16 overflow).
+        num_groups: when > 0, the gradients of one update call are sent in this many
+            grouped allreduces instead of one allreduce each.
+
+    Every attribute other than the wrapper's own is read from and written to the wrapped
+    optimizer: ``learning_rate``, ``lr_scheduler``, ``create_state``, ... and the
+    ``param_dict``, ``idx2name``, ``rescale_grad``, ``lr_mult``/``wd_mult`` that
+    ``gluon.Trainer`` and ``Module`` set, so weight decay and multipliers behave exactly
+    as without the wrapper.
+
+    Gradients must be dense (row_sparse gradients raise ValueError in the allreduce: use
+    ``DistributedTrainer``, which densifies them). One context per rank with a plain
+    ``gluon.Trainer``; for ``gluon`` prefer ``DistributedTrainer``.
+
+    Raises:
+        TypeError: ``optimizer`` is not an ``mx.optimizer.Optimizer``.
+    """
+
+    # Names that live on the wrapper itself (set below the class: its own methods plus
+    # these instance attributes); all others go to the wrapped optimizer.
+    _STATE = ("_optimizer", "_gradient_predivide_factor", "_num_groups", "_prefix",
+              "_device_id", "_calls")
+
+    def __init__(self, optimizer, gradient_predivide_factor=1.0, num_groups=0):
+        # Deliberately no Optimizer.__init__: all optimizer state lives in ``optimizer``.
+        if isinstance(optimizer, DistributedOptimizer):
+            raise TypeError("optimizer is already a DistributedOptimizer")
+        if not isinstance(optimizer, mx.optimizer.Optimizer):
+            raise TypeError("DistributedOptimizer wraps an mx.optimizer.Optimizer, got %s"
+                            % type(optimizer).__name__)
+        if gradient_predivide_factor <= 0:
+            raise ValueError("gradient_predivide_factor must be > 0, got %r"
+                             % (gradient_predivide_factor,))
+        object.__setattr__(self, "_optimizer", optimizer)
+        object.__setattr__(self, "_gradient_predivide_factor", float(gradient_predivide_factor))
+        object.__setattr__(self, "_num_groups", int(num_groups))
+        object.__setattr__(self, "_prefix", "DistributedOptimizer.%d." % next(_INSTANCES))
+        object.__setattr__(self, "_device_id", 0)
+        object.__setattr__(self, "_calls", {})
+
+    # -- forwarding ---------------------------------------------------------------------
+    def __getattribute__(self, name):
+        if name.startswith("__") or name in DistributedOptimizer._LOCAL:
+            return object.__getattribute__(self, name)
+        return getattr(object.__getattribute__(self, "_optimizer"), name)
+
+    def __setattr__(self, name, value):
+        if name in DistributedOptimizer._LOCAL:
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self._optimizer, name, value)
+
+    def __delattr__(self, name):
+        if name in DistributedOptimizer._LOCAL:
+            object.__delattr__(self, name)
+        else:
+            delattr(self._optimizer, name)
+
+    # Pickled by Updater.get_states(dump_optimizer=True) (trainer/module checkpoints); the
+    # wrapped optimizer pickles itself (without param_dict, which Trainer sets again).
+    def __getstate__(self):
+        state = {k: object.__getattribute__(self, k) for k in DistributedOptimizer._STATE}
+        # Call counts restart from zero: every rank that loads the same states (Updater's
+        # set_states) continues with the same names.
+        state["_device_id"] = 0
+        state["_calls"] = {}
+        return state
+
+    def __setstate__(self, state):
+        for k, v in state.items():
+            object.__setattr__(self, k, v)
+
+    def __repr__(self):
+        return "DistributedOptimizer(%r)" % (self._optimizer,)
+
+    def _set_current_context(self, device_id):
+        # The Updater calls this before each update; with several contexts per rank each
+        # context's gradient is then reduced under its own name.
+        object.__setattr__(self, "_device_id", device_id)
+        self._optimizer._set_current_context(device_id)
+
+    # -- the distributed part -----------------------------------------------------------
+    def _name(self, index):
+        name = "%s%s" % (self._prefix, index)
+        if self._device_id:
+            name += "@%d" % self._device_id
+        if _UNIQUE_NAME_PER_STEP:
+            n = self._calls.get(name, 0)
+            self._calls[name] = n + 1
+            name += ".%d" % n
+        return name
+
+    def _do_allreduce(self, index, grad):
+        n = size()
+        if n == 1:
+            return
+        f = self._gradient_predivide_factor
+        kwargs = dict(op=Average, prescale_factor=1.0 / f, postscale_factor=f)
+        if not isinstance(index, (tuple, list)):
+            allreduce_(grad, name=self._name(index), **kwargs)
+            return
+        if self._num_groups > 0:
+            groups = zip(split_list(list(index), self._num_groups),
+                         split_list(list(grad), self._num_groups))
+            for indices, grads in groups:
+                grouped_allreduce_(grads, name="%s:%s" % (self._name(indices[0]), indices[-1]),
+                                   **kwargs)
+        else:
+            for i, g in zip(index, grad):
+                allreduce_(g, name=self._name(i), **kwargs)
+
+    def update(self, index, weight, grad, state):
+        """Average ``grad`` (an NDArray or a list, matching ``index``) over ranks in place,
+        then run the wrapped optimizer's ``update``."""
+        with gradient_reduction():
+            self._do_allreduce(index, grad)
+        self._optimizer.update(index, weight, grad, state)
+
+    def update_multi_precision(self, index, weight, grad, state):
+        """Average ``grad`` over ranks in place, then run the wrapped optimizer's
+        ``update_multi_precision`` (what ``mx.optimizer.Updater`` calls)."""
+        with gradient_reduction():
+            self._do_allreduce(index, grad)
+        self._optimizer.update_multi_precision(index, weight, grad, state)
+
+
+
+DistributedOptimizer._LOCAL = frozenset(vars(DistributedOptimizer)) | frozenset(
+    DistributedOptimizer._STATE)
