@@ -1,0 +1,173 @@
+"""DistributedTrainer: a gluon.Trainer whose gradient reduction is an allreduce over ranks.
+
+After ``allreduce_grads()`` (or inside ``step()``) every parameter's gradient is the mean
+over ranks of the per-rank gradients, exactly what one process would hold for the
+concatenated batch divided by the number of ranks; ``step(batch_size)`` with the per-rank
+batch size then updates exactly as that one process would with the whole batch.
+"""
+import itertools
+import warnings
+
+import mxnet as mx
+import numpy as np
+
+from mxhorovod import Average, Max, allreduce_, grouped_allreduce_, size
+from mxhorovod.compression import Compression
+from mxhorovod.mpi_ops import gradient_reduction
+from mxhorovod.optimizer import DistributedOptimizer, split_list
+
+__all__ = ["DistributedTrainer"]
+
+# docs/core_issues.md #1: the core refuses a name whose previous use is still queued, so
+# each step's names carry the step count until that is fixed.
+_UNIQUE_NAME_PER_STEP = True
+
+# Automatic name prefixes, numbered in creation order (the same on every rank), so two
+# trainers in one process (a GAN) never submit the same collective name.
+_INSTANCES = itertools.count()
+
+
+class DistributedTrainer(mx.gluon.Trainer):
+    """``gluon.Trainer`` for data-parallel training over all ranks.
+
+    Args:
+        params: a ``ParameterDict`` / dict (visited in sorted key order, so every rank
+            numbers the parameters alike whatever the insertion order) or a list of
+            Parameters (kept in the given order, which must be the same on every rank).
+        optimizer: optimizer name or ``mx.optimizer.Optimizer``. A DistributedOptimizer
+            is unwrapped with a warning (averaging twice would be wrong).
+        optimizer_params: keyword arguments for a named optimizer.
+        compression: ``Compression.none`` or ``Compression.fp16`` (floating-point
+            gradients travel as float16).
+        gradient_predivide_factor: gradients are multiplied by ``1/f`` before the sum and
+            ``f/size`` after it: the result is the mean for any ``f``.
+        prefix: prefix of the collective names (default: an automatic per-trainer prefix).
+        num_groups: when > 0, dense gradients go in this many grouped allreduces (per
+            dtype) instead of one allreduce per parameter.
+
+    Parameters with ``grad_req='null'`` are skipped; ``grad_req='add'`` accumulates
+    locally and is reduced when ``step``/``allreduce_grads`` is called. row_sparse
+    gradients (``Embedding(sparse_grad=True)``) are densified for the reduction and
+    written back holding the rows that any rank touched, so a lazy update touches the same
+    rows as one process on the whole batch would; this waits for the reduction.
+
+    Raises:
+        TypeError: ``optimizer`` is a Trainer, or neither a str nor an Optimizer.
+        ValueError: parameters are on more than one context (use one context per rank).
+    """
+
+    def __init__(self, params, optimizer, optimizer_params=None,
+                 compression=Compression.none, gradient_predivide_factor=1.0,
+                 prefix=None, num_groups=0):
+        if isinstance(optimizer, mx.gluon.Trainer):
+            raise TypeError("DistributedTrainer takes an optimizer (name or "
+                            "mx.optimizer.Optimizer), not a Trainer")
+        if isinstance(optimizer, DistributedOptimizer):
+            warnings.warn("DistributedTrainer does not take a DistributedOptimizer: it was "
+                          "unwrapped, DistributedTrainer averages the gradients itself.")
+            optimizer = optimizer._optimizer
+        if not isinstance(optimizer, (str, mx.optimizer.Optimizer)):
+            raise TypeError("optimizer must be a str or mx.optimizer.Optimizer, got %s"
+                            % type(optimizer).__name__)
+        if prefix is not None and not isinstance(prefix, str):
+            raise TypeError("prefix must be a str or None, got %r" % (prefix,))
+        if gradient_predivide_factor <= 0:
+            raise ValueError("gradient_predivide_factor must be > 0, got %r"
+                             % (gradient_predivide_factor,))
+        # Priority order: parameters are created in forward order, so the last ones belong
+        # to the last layers, whose gradients backward produces first; they go first.
+        # Taken from the given order before gluon.Trainer sorts a dict by key.
+        given = list(params.values()) if isinstance(params, (dict, mx.gluon.ParameterDict)) \
+            else list(params) if isinstance(params, (list, tuple)) else []
+        super(DistributedTrainer, self).__init__(params, optimizer,
+                                                 optimizer_params=optimizer_params,
+                                                 kvstore=None)
+        if self._contexts and len(self._contexts) > 1:
+            raise ValueError("DistributedTrainer needs the parameters on one context per "
+                             "rank, got %s" % (self._contexts,))
+        position = {id(p): k for k, p in enumerate(given)}
+        n = len(self._params)
+        self._priorities = [position.get(id(p), i) - n for i, p in enumerate(self._params)]
+        self._compression = compression
+        self._gradient_predivide_factor = float(gradient_predivide_factor)
+        self._prefix = prefix if prefix is not None else \
+            "DistributedTrainer.%d." % next(_INSTANCES)
+        self._num_groups = int(num_groups)
+        self._reductions = 0  # calls of _allreduce_grads, for the names
+
+    def _reduce_kwargs(self):
+        f = self._gradient_predivide_factor
+        return dict(op=Average, prescale_factor=1.0 / f, postscale_factor=f)
+
+    def _name(self, i):
+        if _UNIQUE_NAME_PER_STEP:
+            return "%s%d.%d" % (self._prefix, i, self._reductions)
+        return "%s%d" % (self._prefix, i)
+
+    def _allreduce_grads(self):
+        if size() == 1:
+            return
+        self._reductions += 1
+        dense, sparse = [], []
+        for i, param in enumerate(self._params):
+            if param.grad_req == "null":
+                continue
+            grad = param.list_grad()[0]
+            (sparse if grad.stype != "default" else dense).append((i, grad))
+        # Gradients are never in MKLDNN's layout: the core need not wait for backward.
+        with gradient_reduction():
+            if self._num_groups > 0:
+                self._allreduce_grouped(dense)
+            else:
+                for i, grad in dense:
+                    self._allreduce_one(i, grad)
+            for i, grad in sparse:
+                self._allreduce_row_sparse(i, grad)
+
+    def _allreduce_one(self, i, grad):
+        sent, ctx = self._compression.compress(grad)
+        allreduce_(sent, name=self._name(i), priority=self._priorities[i],
+                   **self._reduce_kwargs())
+        if sent is not grad:  # never copy an array onto itself: that engine op never runs
+            grad[:] = self._compression.decompress(sent, ctx)
+
+    def _allreduce_grouped(self, entries):
+        for group in split_list(entries, self._num_groups):
+            by_dtype = {}
+            for i, grad in group:
+                by_dtype.setdefault(np.dtype(grad.dtype).name, []).append((i, grad))
+            for dtype in sorted(by_dtype):
+                members = by_dtype[dtype]
+                sent = [self._compression.compress(g) for _, g in members]
+                first, last = members[0][0], members[-1][0]
+                grouped_allreduce_([t for t, _ in sent],
+                                   name="%s:%d" % (self._name(first), last),
+                                   priority=max(self._priorities[i] for i, _ in members),
+                                   **self._reduce_kwargs())
+                for (_, grad), (t, ctx) in zip(members, sent):
+                    if t is not grad:
+                        grad[:] = self._compression.decompress(t, ctx)
+
+    def _allreduce_row_sparse(self, i, grad):
+        # The core refuses row_sparse arrays. Reduce the dense gradient, and separately
+        # the set of rows present on any rank (Max of a 0/1 mask), then write back a
+        # row_sparse gradient holding exactly those rows: a lazy update (SGD, Adam with
+        # lazy_update) then touches the rows one process on the whole batch would touch,
+        # even where the averaged values happen to be zero.
+        name = self._name(i)
+        dense = grad.tostype("default")
+        mask_np = np.zeros((grad.shape[0],), dtype=np.float32)
+        mask_np[grad.indices.asnumpy().astype(np.int64)] = 1.0
+        mask = mx.nd.array(mask_np, ctx=grad.context)
+        allreduce_(dense, name=name, priority=self._priorities[i], **self._reduce_kwargs())
+        allreduce_(mask, name=name + ".rows", priority=self._priorities[i], op=Max)
+        rows = np.nonzero(mask.asnumpy())[0].astype(np.int64)
+        if rows.size == 0:
+            result = mx.nd.sparse.zeros("row_sparse", grad.shape, ctx=grad.context,
+                                        dtype=grad.dtype)
+        else:
+            idx = mx.nd.array(rows, ctx=grad.context, dtype=np.int64)
+            result = mx.nd.sparse.row_sparse_array(
+                (mx.nd.take(dense, idx), idx), shape=grad.shape, ctx=grad.context,
+                dtype=grad.dtype)
+        result.copyto(grad)
