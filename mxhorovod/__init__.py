@@ -16,3 +16,8 @@ from mxhorovod.mpi_ops import (Adasum, Average, Max, Min, Product, Sum, allgathe
 __version__ = "0.1.0"
 
 # --- training API (optimizer, trainer, functions, compression) ---
+from mxhorovod.compression import Compression
+from mxhorovod.functions import allgather_object, broadcast_object, broadcast_parameters
+from mxhorovod.optimizer import DistributedOptimizer
+from mxhorovod.trainer import DistributedTrainer
+# --- end of training API ---
