@@ -38,8 +38,13 @@ def mxnet_paths():
 
 
 def mpi_flags():
-    wrapper = None
+    wrapper = os.environ.get("MXHOROVOD_MPICXX")  # an explicit choice wins
+    if wrapper and not os.path.exists(wrapper):
+        fail("MXHOROVOD_MPICXX=%s does not exist. Install MPI in this venv:\n"
+             "    pip install mpich mpi4py" % wrapper)
     for name in ("mpicxx", "mpic++"):
+        if wrapper:
+            break
         cand = os.path.join(os.path.dirname(sys.executable), name)
         if os.path.exists(cand):
             wrapper = cand

@@ -34,7 +34,7 @@ def init(comm=None):
         ValueError: a bad ``comm``, this rank not in the list, or a bad HOROVOD_* variable.
     """
     global _atexit_registered
-    comm_f2c, ranks = -1, []
+    comm_f2c, ranks = _core.WORLD_COMM, []
     if comm is None:
         pass
     elif isinstance(comm, (list, tuple)):

@@ -34,3 +34,7 @@ def test_errors_late_rank_and_restart(np_):
 @pytest.mark.parametrize("np_", [2, 3])
 def test_mkldnn_layout_weights(np_):
     run_ranks(np_, "core_mkldnn.py", timeout=180)
+
+
+def test_init_on_subcommunicators_beside_mpi4py():
+    run_ranks(4, "core_comm.py", timeout=180)

@@ -89,7 +89,7 @@ Status StartMPI(int64_t comm_f2c, const std::vector<int>& ranks, MPI_Comm* comm,
     MPI_Query_thread(&provided);
   }
   st.threads_supported = provided == MPI_THREAD_MULTIPLE;
-  MPI_Comm parent = comm_f2c >= 0 ? MPI_Comm_f2c((MPI_Fint)comm_f2c) : MPI_COMM_WORLD;
+  MPI_Comm parent = comm_f2c != kWorldComm ? MPI_Comm_f2c((MPI_Fint)comm_f2c) : MPI_COMM_WORLD;
   MPI_Comm sub = MPI_COMM_NULL;
   if (!ranks.empty()) {
     int prank = 0;

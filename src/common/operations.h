@@ -12,8 +12,10 @@
 
 namespace mxhorovod {
 
+// Fortran handles are 32-bit (and negative for MPICH), so this cannot be one.
+constexpr int64_t kWorldComm = INT64_MIN;
 // Starts MPI (if nobody has) and the background thread. comm_f2c: a Fortran handle
-// (mpi4py's comm.py2f()) of the parent communicator, or -1 for MPI_COMM_WORLD; ranks: if
+// (mpi4py's comm.py2f()) of the parent communicator, or kWorldComm for MPI_COMM_WORLD; ranks: if
 // non-empty, the job is those ranks of the parent. The library works on a duplicate.
 // A second call while running is a no-op.
 Status Initialize(int64_t comm_f2c, const std::vector<int>& ranks);

@@ -42,7 +42,8 @@ py::tuple TopologyTuple() {
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "mxhorovod core: background thread, negotiation, fusion, MPI (internal)";
-  m.def("init", &Init, py::arg("comm_f2c") = -1, py::arg("ranks") = std::vector<int>());
+  m.def("init", &Init, py::arg("comm_f2c") = kWorldComm, py::arg("ranks") = std::vector<int>());
+  m.attr("WORLD_COMM") = kWorldComm;
   m.def("shutdown", [] { py::gil_scoped_release nogil; Shutdown(); });
   m.def("finalize_mpi", [] { py::gil_scoped_release nogil; FinalizeMPI(); });
   m.def("is_initialized", &IsInitialized);
