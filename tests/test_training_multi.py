@@ -1,0 +1,25 @@
+"""Training layer on several ranks: each worker compares every rank's parameters with one
+process trained on the concatenated batch (see tests/workers/train_*.py)."""
+import pytest
+
+from mpirun import run_ranks
+
+
+@pytest.mark.parametrize("np_", [2, 3, 4])
+def test_equivalence_with_one_process(np_):
+    # SGD+momentum and Adam; DistributedTrainer, DistributedOptimizer in gluon.Trainer,
+    # Module fit and manual loop; grouped allreduce and gradient_predivide_factor.
+    run_ranks(np_, "train_equivalence.py", timeout=300)
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_trainer_features(np_):
+    # grad_req='add', clipping between allreduce_grads and update, two trainers, unwrap
+    # warning, dict order, grad_req='null', row_sparse Embedding, fp16 compression.
+    run_ranks(np_, "train_features.py", timeout=300)
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_broadcast_helpers(np_):
+    # Deferred init, inference-mode MKLDNN weights, Module dicts, broadcast/allgather_object.
+    run_ranks(np_, "train_broadcast.py", timeout=240)

@@ -1,0 +1,131 @@
+"""Training layer in one process: compression, forwarding of the optimizer wrapper,
+argument errors, and the size-1 paths (no collectives needed)."""
+import pickle
+import warnings
+
+import mxnet as mx
+import numpy as np
+import pytest
+from mxnet import autograd, gluon
+
+import mxhorovod as hvd
+from mxhorovod.optimizer import split_list
+
+
+@pytest.fixture
+def hvd_single():
+    hvd.init()
+    try:
+        yield
+    finally:
+        hvd.shutdown()
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_fp16_compression_roundtrip_float(dtype):
+    x = mx.nd.array([1.0, -2.5, 1.0 / 3], dtype=dtype)
+    sent, ctx = hvd.Compression.fp16.compress(x)
+    assert sent.dtype == np.float16
+    back = hvd.Compression.fp16.decompress(sent, ctx)
+    assert back.dtype == np.dtype(dtype)
+    np.testing.assert_allclose(back.asnumpy(), x.asnumpy(), rtol=1e-3)
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8", "int32", "int64"])
+def test_fp16_compression_leaves_integers(dtype):
+    x = mx.nd.array([1, 2, 3], dtype=dtype)
+    sent, ctx = hvd.Compression.fp16.compress(x)
+    assert sent is x
+    assert hvd.Compression.fp16.decompress(sent, ctx) is x
+
+
+def test_none_compression_is_identity():
+    x = mx.nd.ones((2, 3))
+    sent, ctx = hvd.Compression.none.compress(x)
+    assert sent is x and hvd.Compression.none.decompress(sent, ctx) is x
+
+
+def test_split_list():
+    assert split_list(list(range(7)), 3) == [[0, 1, 2], [3, 4], [5, 6]]
+    assert split_list([1, 2], 5) == [[1], [2]]
+    assert split_list(list(range(4)), 1) == [[0, 1, 2, 3]]
+
+
+def test_optimizer_forwards_reads_and_writes():
+    inner = mx.optimizer.SGD(learning_rate=0.5, momentum=0.9)
+    opt = hvd.DistributedOptimizer(inner)
+    assert isinstance(opt, mx.optimizer.Optimizer)
+    assert opt.learning_rate == 0.5 and opt.momentum == 0.9
+    opt.set_learning_rate(0.25)
+    assert inner.learning_rate == 0.25
+    # What Trainer and Module set on the optimizer they are given lands on the wrapped one.
+    opt.param_dict = {0: "p"}
+    opt.idx2name = {0: "fc_weight"}
+    opt.rescale_grad = 0.125
+    opt.set_lr_mult({"fc_weight": 0.5})
+    opt.set_wd_mult({"fc_weight": 2.0})
+    assert inner.param_dict == {0: "p"} and inner.idx2name == {0: "fc_weight"}
+    assert inner.rescale_grad == 0.125
+    assert inner.lr_mult == {"fc_weight": 0.5} and inner.wd_mult["fc_weight"] == 2.0
+    assert "param_dict" not in vars(opt)
+
+
+def test_optimizer_pickles_like_updater_states():
+    opt = hvd.DistributedOptimizer(mx.optimizer.Adam(learning_rate=0.01), num_groups=2)
+    opt.param_dict = {0: "p"}
+    back = pickle.loads(pickle.dumps(opt))
+    assert isinstance(back, hvd.DistributedOptimizer)
+    assert back._prefix == opt._prefix and back._num_groups == 2
+    assert back.learning_rate == 0.01 and back.param_dict == {}
+
+
+def test_optimizer_rejects_non_optimizers():
+    with pytest.raises(TypeError):
+        hvd.DistributedOptimizer("sgd")
+    with pytest.raises(TypeError):
+        hvd.DistributedOptimizer(hvd.DistributedOptimizer(mx.optimizer.SGD()))
+
+
+def _net():
+    net = gluon.nn.Dense(2, in_units=3)
+    net.initialize(mx.init.One())
+    return net
+
+
+def _one_step(trainer, net):
+    with autograd.record():
+        loss = net(mx.nd.ones((4, 3))).sum()
+    loss.backward()
+    trainer.step(4)
+    return net.weight.data().asnumpy()
+
+
+def test_size_one_matches_plain_training(hvd_single):
+    ref = _net()
+    want = _one_step(gluon.Trainer(ref.collect_params(), "sgd",
+                                   {"learning_rate": 0.1, "wd": 0.01}), ref)
+    for make in (lambda p: hvd.DistributedTrainer(p, "sgd", {"learning_rate": 0.1, "wd": 0.01}),
+                 lambda p: gluon.Trainer(p, hvd.DistributedOptimizer(
+                     mx.optimizer.SGD(learning_rate=0.1, wd=0.01)))):
+        net = _net()
+        np.testing.assert_allclose(_one_step(make(net.collect_params()), net), want, rtol=1e-6)
+
+
+def test_trainer_argument_errors(hvd_single):
+    net = _net()
+    trainer = gluon.Trainer(net.collect_params(), "sgd")
+    with pytest.raises(TypeError, match="Trainer"):
+        hvd.DistributedTrainer(net.collect_params(), trainer)
+    with pytest.raises(TypeError):
+        hvd.DistributedTrainer(net.collect_params(), 3)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tr = hvd.DistributedTrainer(net.collect_params(),
+                                    hvd.DistributedOptimizer(mx.optimizer.SGD()))
+    assert any("unwrapped" in str(w.message) for w in caught)
+    assert type(tr._optimizer) is mx.optimizer.SGD
+
+
+def test_objects_size_one(hvd_single):
+    assert hvd.broadcast_object({"a": 1}) == {"a": 1}
+    assert hvd.allgather_object([1, "x"]) == [[1, "x"]]

@@ -1,0 +1,96 @@
+"""broadcast_parameters, broadcast_object, allgather_object (issue 3, item 4).
+
+Every rank starts from different values; after the broadcast each rank must hold exactly
+rank 0's values, checked through the core's allgather.
+"""
+import numpy as np
+import mxnet as mx
+from mxnet import autograd, gluon
+
+import mxhorovod as hvd
+from train_common import assert_same_on_all_ranks
+
+
+def values(params):
+    return [p.data().asnumpy() for _, p in sorted(params.items())]
+
+
+def deferred_init():
+    """Shapes unknown until the first forward: the broadcast happens there."""
+    net = gluon.nn.HybridSequential(prefix="deferred_")
+    with net.name_scope():
+        net.add(gluon.nn.Dense(5, activation="relu"))
+        net.add(gluon.nn.Dense(2))
+    net.initialize(mx.init.Uniform(1.0 + hvd.rank()))
+    hvd.broadcast_parameters(net.collect_params(), root_rank=0)
+    out = net(mx.nd.ones((3, 7)))  # triggers initialization, then the broadcast
+    assert_same_on_all_ranks(values(net.collect_params()), "deferred")
+    assert_same_on_all_ranks([out.asnumpy()], "deferred_out")
+    # The hook ran once: loading on one rank only must not start a collective now.
+    assert "_init_impl" not in vars(net[0].weight)
+
+
+def after_inference_forward():
+    """64-channel 3x3 conv after an inference-mode forward (MKLDNN layout, DESIGN.md trap)."""
+    net = gluon.nn.HybridSequential(prefix="mkldnn_")
+    with net.name_scope():
+        net.add(gluon.nn.Conv2D(64, 3, padding=1, in_channels=64))
+        net.add(gluon.nn.Conv2D(64, 3, padding=1, in_channels=64))
+    mx.random.seed(100 + hvd.rank())
+    net.initialize(mx.init.Xavier())
+    net.hybridize()
+    net(mx.nd.ones((1, 64, 8, 8))).wait_to_read()  # inference mode: no autograd.record
+    hvd.broadcast_parameters(net.collect_params(), root_rank=hvd.size() - 1)
+    got = values(net.collect_params())
+    assert_same_on_all_ranks(got, "mkldnn")
+    # Training still works on the broadcast weights.
+    with autograd.record():
+        loss = net(mx.nd.ones((1, 64, 8, 8))).sum()
+    loss.backward()
+    mx.nd.waitall()
+
+
+def module_dicts():
+    """Module's arg_params / aux_params dicts (NDArray values)."""
+    rng = np.random.RandomState(hvd.rank())
+    arg = {"fc_weight": mx.nd.array(rng.randn(4, 3)), "fc_bias": mx.nd.array(rng.randn(4))}
+    aux = {"bn_moving_mean": mx.nd.array(rng.randn(4))}
+    hvd.broadcast_parameters(arg, root_rank=0)
+    hvd.broadcast_parameters(aux, root_rank=0, prefix="aux.")
+    want = np.random.RandomState(0).randn(4, 3)
+    np.testing.assert_allclose(arg["fc_weight"].asnumpy(), want.astype(np.float32))
+    assert_same_on_all_ranks([v.asnumpy() for _, v in sorted(arg.items())], "arg")
+    assert_same_on_all_ranks([aux["bn_moving_mean"].asnumpy()], "aux")
+    for bad in ([mx.nd.ones((2,))], {"a": 3}):
+        try:
+            hvd.broadcast_parameters(bad)
+        except ValueError:
+            pass
+        else:
+            raise AssertionError("broadcast_parameters(%r) must raise ValueError" % (bad,))
+
+
+def objects():
+    root = hvd.size() - 1
+    obj = {"epoch": 7, "lr": 0.125, "names": ["a", "b"]} if hvd.rank() == root else None
+    got = hvd.broadcast_object(obj, root_rank=root)
+    assert got == {"epoch": 7, "lr": 0.125, "names": ["a", "b"]}, got
+    # Objects of different sizes and types per rank.
+    mine = ("rank", hvd.rank(), list(range(hvd.rank() * 50)))
+    everyone = hvd.allgather_object(mine)
+    assert everyone == [("rank", r, list(range(r * 50))) for r in range(hvd.size())]
+    arr = hvd.broadcast_object(np.arange(6.0).reshape(2, 3) * (hvd.rank() + 1), root_rank=0)
+    np.testing.assert_array_equal(arr, np.arange(6.0).reshape(2, 3))
+
+
+def main():
+    hvd.init()
+    for f in (deferred_init, after_inference_forward, module_dicts, objects):
+        f()
+        if hvd.rank() == 0:
+            print("scenario %s ok" % f.__name__, flush=True)
+    print("RANK %d OK" % hvd.rank(), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,217 @@
+"""DistributedTrainer details (issue 3, item 2), each against a one-process reference.
+
+Usage: train_features.py [scenario ...]     (default: all)
+"""
+import sys
+import warnings
+
+import numpy as np
+import mxnet as mx
+from mxnet import autograd, gluon
+
+import mxhorovod as hvd
+from train_common import (assert_close, assert_same_on_all_ranks, copy_params, global_data,
+                          mlp, optimizer, param_arrays, shard, IN)
+
+B = 4
+
+
+def forward_backward(net, loss_fn, xb, yb, mean=False):
+    with autograd.record():
+        loss = loss_fn(net(mx.nd.array(xb)), mx.nd.array(yb))
+        if mean:
+            loss = loss.mean()
+    loss.backward()
+
+
+def pair(tag):
+    net = mlp(tag + "_dist_")
+    hvd.broadcast_parameters(net.collect_params())
+    ref = mlp(tag + "_ref_")
+    copy_params(net, ref)
+    return net, ref
+
+
+def grad_req_add():
+    """Two backward passes accumulate, then one step == one process, one pass on all."""
+    x, y = global_data(2, 2 * B, seed=3)
+    net, ref = pair("add")
+    net.collect_params().setattr("grad_req", "add")
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    tr = hvd.DistributedTrainer(net.collect_params(), optimizer("sgd"))
+    ref_tr = gluon.Trainer(ref.collect_params(), optimizer("sgd"), kvstore=None)
+    for s in range(2):
+        xs, ys = shard(x, 2 * B)[s], shard(y, 2 * B)[s]
+        forward_backward(net, loss_fn, xs[:B], ys[:B])
+        forward_backward(net, loss_fn, xs[B:], ys[B:])
+        tr.step(2 * B)
+        net.collect_params().zero_grad()
+        forward_backward(ref, loss_fn, x[s], y[s])
+        ref_tr.step(x.shape[1])
+    assert_close(param_arrays(net), param_arrays(ref), 0.1, "grad_req_add")
+
+
+def clip_between_allreduce_and_update():
+    """allreduce_grads(); clip_global_norm; update(): the mean gradient is what is clipped."""
+    x, y = global_data(2, B, seed=4)
+    net, ref = pair("clip")
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    tr = hvd.DistributedTrainer(net.collect_params(), optimizer("sgd"))
+    ref_tr = gluon.Trainer(ref.collect_params(), optimizer("sgd"), kvstore=None)
+    for s in range(2):
+        forward_backward(net, loss_fn, shard(x, B)[s], shard(y, B)[s], mean=True)
+        tr.allreduce_grads()
+        forward_backward(ref, loss_fn, x[s], y[s], mean=True)
+        grads = [p.grad() for p in net.collect_params().values()]
+        ref_grads = [p.grad() for p in ref.collect_params().values()]
+        assert_close([g.asnumpy() for g in grads], [g.asnumpy() for g in ref_grads], 1.0,
+                     "mean gradient after allreduce_grads")
+        norm = gluon.utils.clip_global_norm(grads, 0.05)
+        ref_norm = gluon.utils.clip_global_norm(ref_grads, 0.05)
+        assert abs(norm - ref_norm) <= 1e-4 * ref_norm, (norm, ref_norm)
+        assert ref_norm > 0.05, "the test must actually clip"
+        tr.update(1)
+        ref_tr.update(1)
+    assert_close(param_arrays(net), param_arrays(ref), 0.1, "clip")
+
+
+def two_trainers_gan():
+    """Two trainers stepping alternately, each with its own names (default prefixes)."""
+    x, y = global_data(2, B, seed=5)
+    gen, gen_ref = pair("gen")
+    disc, disc_ref = pair("disc")
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    trs = [hvd.DistributedTrainer(gen.collect_params(), optimizer("sgd")),
+           hvd.DistributedTrainer(disc.collect_params(), optimizer("adam"))]
+    assert trs[0]._prefix != trs[1]._prefix
+    refs = [gluon.Trainer(gen_ref.collect_params(), optimizer("sgd"), kvstore=None),
+            gluon.Trainer(disc_ref.collect_params(), optimizer("adam"), kvstore=None)]
+    for s in range(2):
+        for k, (m, mr) in enumerate(((gen, gen_ref), (disc, disc_ref))):
+            forward_backward(m, loss_fn, shard(x, B)[s], shard(y, B)[s])
+            # Push both trainers' allreduces before either is read: names must differ.
+            trs[k].step(B)
+            forward_backward(mr, loss_fn, x[s], y[s])
+            refs[k].step(x.shape[1])
+    assert_close(param_arrays(gen), param_arrays(gen_ref), 0.1, "gan generator")
+    assert_close(param_arrays(disc), param_arrays(disc_ref), 0.01, "gan discriminator")
+
+
+def unwrap_and_type_errors():
+    net = mlp("unwrap_")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tr = hvd.DistributedTrainer(net.collect_params(),
+                                    hvd.DistributedOptimizer(optimizer("sgd")))
+    assert any("unwrapped" in str(w.message) for w in caught), [str(w.message) for w in caught]
+    assert not isinstance(tr._optimizer, hvd.DistributedOptimizer)
+    try:
+        hvd.DistributedTrainer(net.collect_params(), tr)
+    except TypeError as e:
+        assert "Trainer" in str(e), e
+    else:
+        raise AssertionError("a Trainer as optimizer must raise TypeError")
+
+
+def insertion_order_and_null():
+    """Dict insertion order differs by rank; a grad_req='null' parameter is left alone."""
+    x, y = global_data(2, B, seed=6)
+    net, ref = pair("order")
+    items = list(net.collect_params().items())
+    if hvd.rank() % 2:
+        items.reverse()
+    frozen = net.collect_params()["order_dist_dense0_bias"]
+    frozen.grad_req = "null"
+    ref.collect_params()["order_ref_dense0_bias"].grad_req = "null"
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    tr = hvd.DistributedTrainer(dict(items), optimizer("sgd"))
+    ref_tr = gluon.Trainer(ref.collect_params(), optimizer("sgd"), kvstore=None)
+    before = frozen.data().asnumpy()
+    for s in range(2):
+        forward_backward(net, loss_fn, shard(x, B)[s], shard(y, B)[s])
+        tr.step(B)
+        forward_backward(ref, loss_fn, x[s], y[s])
+        ref_tr.step(x.shape[1])
+    np.testing.assert_array_equal(frozen.data().asnumpy(), before)
+    assert_close(param_arrays(net), param_arrays(ref), 0.1, "insertion order")
+
+
+def embedding_net(prefix, vocab):
+    net = gluon.nn.HybridSequential(prefix=prefix)
+    with net.name_scope():
+        net.add(gluon.nn.Embedding(vocab, 4, sparse_grad=True))
+        net.add(gluon.nn.Flatten())
+        net.add(gluon.nn.Dense(3, in_units=8))
+    net.initialize(mx.init.Uniform(0.5 + 0.1 * hvd.rank()))
+    return net
+
+
+def row_sparse_embedding():
+    """Embedding(sparse_grad=True): rows touched by any rank are updated, others are not."""
+    vocab = 50
+    rng = np.random.RandomState(7)
+    # Rank r uses tokens from its own range (r*10 .. r*10+9), so some rows are touched by
+    # one rank only; rows 40..49 are touched by nobody and must keep their values.
+    n = hvd.size()
+    x = np.stack([np.stack([rng.randint(10 * r, 10 * r + 10, size=(B, 2)) for r in range(n)])
+                  for _ in range(2)]).reshape(2, n * B, 2).astype(np.float32)
+    y = rng.randint(0, 3, size=(2, n * B)).astype(np.float32)
+    net = embedding_net("emb_dist_", vocab)
+    hvd.broadcast_parameters(net.collect_params())
+    ref = embedding_net("emb_ref_", vocab)
+    copy_params(net, ref)
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    make = lambda: mx.optimizer.SGD(learning_rate=0.1, momentum=0.9, wd=1e-3)
+    tr = hvd.DistributedTrainer(net.collect_params(), make())
+    ref_tr = gluon.Trainer(ref.collect_params(), make(), kvstore=None)
+    before = net[0].weight.data().asnumpy()
+    for s in range(2):
+        forward_backward(net, loss_fn, shard(x, B)[s], shard(y, B)[s])
+        assert net[0].weight.grad().stype == "row_sparse"
+        tr.step(B)
+        forward_backward(ref, loss_fn, x[s], y[s])
+        ref_tr.step(x.shape[1])
+    after = net[0].weight.data().asnumpy()
+    np.testing.assert_array_equal(after[10 * n:], before[10 * n:])
+    assert_close(param_arrays(net), param_arrays(ref), 0.1, "row_sparse embedding")
+    assert_same_on_all_ranks(param_arrays(net), "row_sparse")
+
+
+def fp16_compression():
+    """Compression.fp16: same training up to float16 rounding of the gradients."""
+    x, y = global_data(2, B, seed=8)
+    net, ref = pair("fp16")
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    tr = hvd.DistributedTrainer(net.collect_params(), optimizer("sgd"),
+                                compression=hvd.Compression.fp16)
+    ref_tr = gluon.Trainer(ref.collect_params(), optimizer("sgd"), kvstore=None)
+    for s in range(2):
+        forward_backward(net, loss_fn, shard(x, B)[s], shard(y, B)[s])
+        tr.step(B)
+        for p in net.collect_params().values():
+            assert p.grad().dtype == np.float32
+        forward_backward(ref, loss_fn, x[s], y[s])
+        ref_tr.step(x.shape[1])
+    got, want = param_arrays(net), param_arrays(ref)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=2e-3, atol=2e-3 * 0.1)
+    assert_same_on_all_ranks(got, "fp16")
+
+
+SCENARIOS = {f.__name__: f for f in (
+    grad_req_add, clip_between_allreduce_and_update, two_trainers_gan, unwrap_and_type_errors,
+    insertion_order_and_null, row_sparse_embedding, fp16_compression)}
+
+
+def main():
+    hvd.init()
+    names = sys.argv[1:] or list(SCENARIOS)
+    for name in names:
+        SCENARIOS[name]()
+        if hvd.rank() == 0:
+            print("scenario %s ok" % name, flush=True)
+    print("RANK %d OK" % hvd.rank(), flush=True)
+
+
+if __name__ == "__main__":
+    main()
