@@ -17,7 +17,8 @@ namespace mxhorovod {
 
 class TensorQueue {
  public:
-  // At the call: refuses a name that is already in flight (all or none are reserved).
+  // When the engine runs the operation: refuses a name already in flight (all or none
+  // are reserved).
   Status Reserve(const std::vector<std::string>& names);
   void Release(const std::string& name);
   // When the engine runs the operation: entries become visible to the background thread.

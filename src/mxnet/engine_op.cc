@@ -34,6 +34,11 @@ class Completion {
     }
     if (--remaining_ == 0) Finish();
   }
+  // Completes the whole operation at once, before any tensor reached the core.
+  void Fail(const std::string& msg) {
+    error_ = msg;
+    Finish();
+  }
 
  private:
   void Finish() {
@@ -61,6 +66,16 @@ void RunOp(void* /*rctx*/, void* on_complete, void* param) {
   EngineCallback cb;
   std::memcpy(&cb, on_complete, sizeof(cb));
   auto done = std::make_shared<Completion>(cb, op->tensors.size());
+  // Names are reserved in engine order, not at the call: a training loop reuses one name
+  // per gradient every step, and the engine runs step k+1's operation on an array only
+  // after step k's completed (and released the name), as in Horovod.
+  std::vector<std::string> names;
+  for (const auto& t : op->tensors) names.push_back(t.request.name);
+  Status reserved = Queue().Reserve(names);
+  if (!reserved.ok()) {
+    done->Fail(reserved.reason());
+    return;
+  }
   std::vector<TensorTableEntry> entries(op->tensors.size());
   for (size_t i = 0; i < op->tensors.size(); ++i) {
     const OpTensor& t = op->tensors[i];
@@ -100,10 +115,6 @@ EngineOp::~EngineOp() {
 }
 
 Status Push(std::unique_ptr<EngineOp> op, int priority, const char* opr_name) {
-  std::vector<std::string> names;
-  for (const auto& t : op->tensors) names.push_back(t.request.name);
-  Status s = Queue().Reserve(names);
-  if (!s.ok()) return s;
   std::vector<void*> reads, writes;
   for (const auto& t : op->tensors) {
     // Never list one array as both read and write: the engine would wait on itself.
@@ -116,7 +127,6 @@ Status Push(std::unique_ptr<EngineOp> op, int priority, const char* opr_name) {
   int rc = MXEnginePushAsyncND(&RunOp, raw, &DeleteOp, ctx, reads.data(), (int)reads.size(),
                                writes.data(), (int)writes.size(), &prop, priority, opr_name, false);
   if (rc != 0) {
-    for (const auto& n : names) Queue().Release(n);
     return Status::UnknownError("MXEnginePushAsyncND failed: " + LastMXNetError());
   }
   return Status::OK();

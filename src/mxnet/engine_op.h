@@ -27,8 +27,9 @@ struct EngineOp {
   ~EngineOp();
 };
 
-// Reserves the names and pushes the operation. On failure nothing is pushed and the names
-// are free again. `opr_name` shows in MXNet's profiler.
+// Pushes the operation. Its names are reserved when the engine runs it; a name still in
+// flight then fails this operation (the error is raised at the next read of its outputs).
+// `opr_name` shows in MXNet's profiler.
 Status Push(std::unique_ptr<EngineOp> op, int priority, const char* opr_name);
 
 }  // namespace mx
