@@ -16,10 +16,6 @@ from mxhorovod.mpi_ops import gradient_reduction
 
 __all__ = ["DistributedOptimizer", "split_list"]
 
-# docs/core_issues.md #1: the core refuses a name whose previous use is still queued, so
-# each update call gets its own name (a per-index call count) until that is fixed.
-_UNIQUE_NAME_PER_STEP = True
-
 # Each wrapper gets its own name prefix, numbered in creation order (the same on every rank),
 # so two optimizers in one process (a GAN) never submit the same collective name.
 _INSTANCES = itertools.count()
@@ -65,7 +61,7 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
     # Names that live on the wrapper itself (set below the class: its own methods plus
     # these instance attributes); all others go to the wrapped optimizer.
     _STATE = ("_optimizer", "_gradient_predivide_factor", "_num_groups", "_prefix",
-              "_device_id", "_calls")
+              "_device_id")
 
     def __init__(self, optimizer, gradient_predivide_factor=1.0, num_groups=0):
         # Deliberately no Optimizer.__init__: all optimizer state lives in ``optimizer``.
@@ -82,7 +78,6 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
         object.__setattr__(self, "_num_groups", int(num_groups))
         object.__setattr__(self, "_prefix", "DistributedOptimizer.%d." % next(_INSTANCES))
         object.__setattr__(self, "_device_id", 0)
-        object.__setattr__(self, "_calls", {})
 
     # -- forwarding ---------------------------------------------------------------------
     def __getattribute__(self, name):
@@ -106,10 +101,7 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
     # wrapped optimizer pickles itself (without param_dict, which Trainer sets again).
     def __getstate__(self):
         state = {k: object.__getattribute__(self, k) for k in DistributedOptimizer._STATE}
-        # Call counts restart from zero: every rank that loads the same states (Updater's
-        # set_states) continues with the same names.
         state["_device_id"] = 0
-        state["_calls"] = {}
         return state
 
     def __setstate__(self, state):
@@ -130,10 +122,6 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
         name = "%s%s" % (self._prefix, index)
         if self._device_id:
             name += "@%d" % self._device_id
-        if _UNIQUE_NAME_PER_STEP:
-            n = self._calls.get(name, 0)
-            self._calls[name] = n + 1
-            name += ".%d" % n
         return name
 
     def _do_allreduce(self, index, grad):

@@ -18,10 +18,6 @@ from mxhorovod.optimizer import DistributedOptimizer, split_list
 
 __all__ = ["DistributedTrainer"]
 
-# docs/core_issues.md #1: the core refuses a name whose previous use is still queued, so
-# each step's names carry the step count until that is fixed.
-_UNIQUE_NAME_PER_STEP = True
-
 # Automatic name prefixes, numbered in creation order (the same on every rank), so two
 # trainers in one process (a GAN) never submit the same collective name.
 _INSTANCES = itertools.count()
@@ -93,21 +89,19 @@ class DistributedTrainer(mx.gluon.Trainer):
         self._prefix = prefix if prefix is not None else \
             "DistributedTrainer.%d." % next(_INSTANCES)
         self._num_groups = int(num_groups)
-        self._reductions = 0  # calls of _allreduce_grads, for the names
 
     def _reduce_kwargs(self):
         f = self._gradient_predivide_factor
         return dict(op=Average, prescale_factor=1.0 / f, postscale_factor=f)
 
     def _name(self, i):
-        if _UNIQUE_NAME_PER_STEP:
-            return "%s%d.%d" % (self._prefix, i, self._reductions)
+        # The same name every step: the core matches it in engine order, and the response
+        # cache then answers the negotiation without a round trip to the coordinator.
         return "%s%d" % (self._prefix, i)
 
     def _allreduce_grads(self):
         if size() == 1:
             return
-        self._reductions += 1
         dense, sparse = [], []
         for i, param in enumerate(self._params):
             if param.grad_req == "null":
