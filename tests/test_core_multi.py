@@ -23,7 +23,8 @@ def test_collectives_without_cache_or_fusion():
 
 def test_collectives_tiny_cache_evicts():
     # 4 entries for hundreds of names: constant eviction must keep every rank's cache equal.
-    run_ranks(3, "core_collectives.py", timeout=240, env={"HOROVOD_CACHE_CAPACITY": "4"})
+    for capacity in ("1", "4"):
+        run_ranks(3, "core_collectives.py", timeout=240, env={"HOROVOD_CACHE_CAPACITY": capacity})
 
 
 @pytest.mark.parametrize("np_", [2, 3, 4])

@@ -25,6 +25,7 @@ Status Controller::ComputeResponses(bool shutdown_requested, CycleResult* out) {
   out->responses.clear();
   out->shutdown = false;
   std::vector<Request> fresh, to_send;
+  to_send.swap(resend_);
   queue_->PopRequests(&fresh);
   const size_t words = (cache_.capacity() + 63) / 64;
   std::vector<uint64_t> invalid(words, 0), hits(words, 0);
@@ -97,7 +98,14 @@ Status Controller::ComputeResponses(bool shutdown_requested, CycleResult* out) {
       if (e) {
         Request mine = e->request;
         mine.rank = rank_;
-        cache_.Put(mine, resp);
+        int evicted = cache_.Put(mine, resp);
+        // Every rank evicts the same entry here; whoever was waiting on it asks again.
+        auto it = evicted >= 0 ? pending_hits_.find(evicted) : pending_hits_.end();
+        if (it != pending_hits_.end()) {
+          TensorTableEntry* w = queue_->Find(it->second);
+          if (w) resend_.push_back(w->request);
+          pending_hits_.erase(it);
+        }
       }
     }
     out->responses.push_back(std::move(resp));
@@ -105,7 +113,9 @@ Status Controller::ComputeResponses(bool shutdown_requested, CycleResult* out) {
   return Status::OK();
 }
 
-Status Controller::Coordinate(const std::vector<Request>& mine, std::vector<Response>* out) {
+Status Controller::Coordinate(std::vector<Request> mine, std::vector<Response>* out) {
+  // Requests taken back from the queue (evicted or invalidated hits) carry no rank yet.
+  for (auto& r : mine) r.rank = rank_;
   std::string payload = EncodeRequests(mine);
   int64_t len = (int64_t)payload.size();
   std::vector<int64_t> lens(rank_ == 0 ? size_ : 0);

@@ -42,13 +42,14 @@ class Controller {
   int cached_pending() const { return static_cast<int>(pending_hits_.size()); }
 
  private:
-  Status Coordinate(const std::vector<Request>& mine, std::vector<Response>* out);
+  Status Coordinate(std::vector<Request> mine, std::vector<Response>* out);
   MPI_Comm comm_;
   int rank_, size_;
   TensorQueue* queue_;
   ResponseCache cache_;
   MessageTable table_;                   // used on rank 0 only
   std::map<int, std::string> pending_hits_;  // cache bit -> name, waiting for all ranks
+  std::vector<Request> resend_;  // hits whose entry was evicted: negotiate next cycle
 };
 
 }  // namespace mxhorovod

@@ -15,8 +15,9 @@ ResponseCache::Lookup ResponseCache::Find(const Request& req, int* bit) const {
   return SameRequest(slots_[it->second].request, req) ? kHit : kInvalid;
 }
 
-void ResponseCache::Put(const Request& req, const Response& resp) {
-  if (capacity_ == 0) return;
+int ResponseCache::Put(const Request& req, const Response& resp) {
+  int evicted = -1;
+  if (capacity_ == 0) return evicted;
   auto it = by_name_.find(req.name);
   if (it != by_name_.end()) Erase(it->second);
   int bit;
@@ -27,7 +28,8 @@ void ResponseCache::Put(const Request& req, const Response& resp) {
     bit = static_cast<int>(slots_.size());
     slots_.emplace_back();
   } else {
-    Erase(lru_.back());
+    evicted = lru_.back();
+    Erase(evicted);
     bit = free_.back();
     free_.pop_back();
   }
@@ -38,6 +40,7 @@ void ResponseCache::Put(const Request& req, const Response& resp) {
   lru_.push_front(bit);
   s.lru = lru_.begin();
   by_name_[req.name] = bit;
+  return evicted;
 }
 
 void ResponseCache::Touch(int bit) {

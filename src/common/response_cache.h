@@ -23,8 +23,9 @@ class ResponseCache {
   // kInvalid: the name is cached with other parameters; the entry must be evicted everywhere.
   Lookup Find(const Request& req, int* bit) const;
   // Records a negotiated response with this rank's request; evicts the least recently used
-  // entry when full. No-op when capacity is 0.
-  void Put(const Request& req, const Response& resp);
+  // entry when full and returns its bit (-1 if none), whose position is now reused: a
+  // request waiting on that bit must be negotiated again. No-op when capacity is 0.
+  int Put(const Request& req, const Response& resp);
   const Response& Get(int bit) const { return slots_[bit].response; }
   void Touch(int bit);
   void Erase(int bit);
