@@ -176,6 +176,8 @@ def run_gluon(args, train, val, steps, start_epoch):
             loss.backward()
             trainer.step(args.batch_size)
             loss_sum += loss.sum()
+            # Keep Python at most one step ahead of the engine (it needs only the forward).
+            loss_sum.wait_to_read()
             timed += 1
             log_step(args, epoch, step, loss)
         mx.nd.waitall()

@@ -137,8 +137,13 @@ def main(argv=None):
             loss.backward()
             trainer.step(args.batch_size)
             loss_sum += loss.sum()
-            if progress is not None:
-                progress.update(1)
+            if step % 10 == 9:
+                # Bound how far Python runs ahead of MXNet's engine (memory, honest progress).
+                loss_sum.wait_to_read()
+                if progress is not None:
+                    progress.update(10)
+        if progress is not None:
+            progress.update(steps - progress.n)
         mean_loss = hvd.allreduce(loss_sum / (steps * args.batch_size),
                                   name="train.loss").asscalar()
         elapsed = time.time() - tic
