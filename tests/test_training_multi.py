@@ -7,7 +7,7 @@ from mpirun import run_ranks
 
 @pytest.mark.parametrize("np_", [2, 3, 4])
 def test_equivalence_with_one_process(np_):
-    # SGD+momentum and Adam; DistributedTrainer, DistributedOptimizer in gluon.Trainer,
+    # SGD+momentum, Adam, NAG, LAMB; DistributedTrainer, DistributedOptimizer in gluon.Trainer,
     # Module fit and manual loop; grouped allreduce and gradient_predivide_factor.
     run_ranks(np_, "train_equivalence.py", timeout=300)
 

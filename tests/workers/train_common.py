@@ -75,4 +75,9 @@ def optimizer(kind, rescale_grad=1.0):
                                 rescale_grad=rescale_grad)
     if kind == "adam":
         return mx.optimizer.Adam(learning_rate=0.01, wd=1e-3, rescale_grad=rescale_grad)
+    if kind == "nag":
+        return mx.optimizer.NAG(learning_rate=0.1, momentum=0.9, wd=1e-3,
+                                rescale_grad=rescale_grad)
+    if kind == "lamb":  # aggregated: MXNet passes lists of indices to update_multi_precision
+        return mx.optimizer.LAMB(learning_rate=0.01, wd=1e-3, rescale_grad=rescale_grad)
     raise ValueError(kind)

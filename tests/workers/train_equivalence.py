@@ -15,7 +15,7 @@ from train_common import (assert_close, assert_same_on_all_ranks, copy_params, g
                           mlp, optimizer, param_arrays, shard, IN, HIDDEN, CLASSES)
 
 STEPS, B = 3, 4
-LR = {"sgd": 0.1, "adam": 0.01}
+LR = {"sgd": 0.1, "adam": 0.01, "nag": 0.1, "lamb": 0.01}
 
 
 def gluon_run(make_trainer, opt_kind, tag):
@@ -103,6 +103,10 @@ SCENARIOS = {
                                                       "wd": 1e-3},
                                             gradient_predivide_factor=2.0, num_groups=2),
         "sgd", "trainer_groups"),
+    "trainer_nag": lambda: gluon_run(
+        lambda p, o: hvd.DistributedTrainer(p, o), "nag", "trainer_nag"),
+    "opt_in_gluon_trainer_lamb": lambda: gluon_run(
+        lambda p, o: gluon.Trainer(p, hvd.DistributedOptimizer(o)), "lamb", "optgluon_lamb"),
     "opt_in_gluon_trainer_sgd": lambda: gluon_run(
         lambda p, o: gluon.Trainer(p, hvd.DistributedOptimizer(o)), "sgd", "optgluon_sgd"),
     "opt_in_gluon_trainer_adam": lambda: gluon_run(
