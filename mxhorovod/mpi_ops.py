@@ -47,11 +47,36 @@ _counters = {}
 
 
 def _name(kind, name):
-    """The name sent to the peers: str(name), or '<kind>.noname.<n>' numbered per kind."""
+    """The name sent to the peers: str(name), or '<kind>.noname.<n>' numbered per kind.
+
+    Raises ValueError for a name the peers could not match exactly: one holding a NUL
+    character (C would cut it there) or one that is not valid Unicode text."""
     if name is None:
         counter = _counters.setdefault(kind, itertools.count())
         return "%s.noname.%d" % (kind, next(counter))
-    return name if isinstance(name, str) else str(name)
+    name = name if isinstance(name, str) else str(name)
+    if "\0" in name:
+        raise ValueError("%s: the name %r holds a NUL character" % (kind, name))
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("%s: the name %r is not valid Unicode text" % (kind, name)) from None
+    return name
+
+
+def _priority(priority, name):
+    p = int(priority)
+    if not -2**31 <= p < 2**31:
+        raise ValueError("'%s': priority %d does not fit in a 32-bit int" % (name, p))
+    return p
+
+
+def _factor(value, what, name):
+    import math
+    v = float(value)
+    if not math.isfinite(v):
+        raise ValueError("'%s': %s must be a finite number, got %r" % (name, what, value))
+    return v
 
 
 def _check_ndarray(tensor, what):
@@ -124,8 +149,11 @@ def _wait_default_layout(tensor):
 
 
 def _empty_like(tensor, shape=None):
-    return mx.nd.empty(tensor.shape if shape is None else shape, ctx=tensor.context,
-                       dtype=tensor.dtype)
+    """An uninitialised array like ``tensor`` (an mx.np array for an mx.np input)."""
+    shape = tensor.shape if shape is None else shape
+    if isinstance(tensor, mx.np.ndarray):
+        return mx.np.empty(shape, dtype=tensor.dtype, ctx=tensor.context)
+    return mx.nd.empty(shape, ctx=tensor.context, dtype=tensor.dtype)
 
 
 def allreduce(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
@@ -148,8 +176,10 @@ def allreduce(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
     op = _resolve_op(op, average, "allreduce")
     output = _empty_like(tensor)
     _settle_layout(tensor)
-    _core.allreduce(_handle(tensor), _handle(output), _name("allreduce", name), op,
-                    float(prescale_factor), float(postscale_factor), int(priority))
+    name = _name("allreduce", name)
+    _core.allreduce(_handle(tensor), _handle(output), name, op,
+                    _factor(prescale_factor, "prescale_factor", name),
+                    _factor(postscale_factor, "postscale_factor", name), _priority(priority, name))
     return output
 
 
@@ -159,8 +189,10 @@ def allreduce_(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
     _check_ndarray(tensor, "allreduce_")
     op = _resolve_op(op, average, "allreduce_")
     _settle_layout(tensor)
-    _core.allreduce(_handle(tensor), _handle(tensor), _name("allreduce", name), op,
-                    float(prescale_factor), float(postscale_factor), int(priority))
+    name = _name("allreduce", name)
+    _core.allreduce(_handle(tensor), _handle(tensor), name, op,
+                    _factor(prescale_factor, "prescale_factor", name),
+                    _factor(postscale_factor, "postscale_factor", name), _priority(priority, name))
     return tensor
 
 
@@ -179,7 +211,9 @@ def _grouped(tensors, outputs, average, name, priority, prescale_factor, postsca
     base = _name("grouped_allreduce", name)
     names = ["%s.%d" % (base, i) for i in range(len(tensors))]
     _core.grouped_allreduce([_handle(t) for t in tensors], [_handle(o) for o in outputs], names,
-                            op, float(prescale_factor), float(postscale_factor), int(priority))
+                            op, _factor(prescale_factor, "prescale_factor", base),
+                            _factor(postscale_factor, "postscale_factor", base),
+                            _priority(priority, base))
 
 
 def grouped_allreduce(tensors, average=None, name=None, priority=0, prescale_factor=1.0,
@@ -217,8 +251,8 @@ def broadcast(tensor, root_rank, name=None, priority=0):
     _check_ndarray(tensor, "broadcast")
     output = _empty_like(tensor)
     _wait_default_layout(tensor)
-    _core.broadcast(_handle(tensor), _handle(output), _name("broadcast", name), int(root_rank),
-                    int(priority))
+    name = _name("broadcast", name)
+    _core.broadcast(_handle(tensor), _handle(output), name, int(root_rank), _priority(priority, name))
     return output
 
 
@@ -226,8 +260,8 @@ def broadcast_(tensor, root_rank, name=None, priority=0):
     """In-place :func:`broadcast`: ``tensor`` receives root_rank's values; returns it."""
     _check_ndarray(tensor, "broadcast_")
     _wait_default_layout(tensor)
-    _core.broadcast(_handle(tensor), _handle(tensor), _name("broadcast", name), int(root_rank),
-                    int(priority))
+    name = _name("broadcast", name)
+    _core.broadcast(_handle(tensor), _handle(tensor), name, int(root_rank), _priority(priority, name))
     return tensor
 
 
@@ -255,7 +289,7 @@ def allgather(tensor, name=None, priority=0):
     name = _name("allgather", name)
     rows = _rows_of_peers(tensor.shape[0], name + ".rows")
     output = _empty_like(tensor, (int(rows.sum()),) + tuple(tensor.shape[1:]))
-    _core.allgather(_handle(tensor), _handle(output), name, int(priority))
+    _core.allgather(_handle(tensor), _handle(output), name, _priority(priority, name))
     return output
 
 
@@ -308,7 +342,7 @@ def alltoall(tensor, splits=None, name=None, priority=0):
     recv = recv_nd.asnumpy()
     output = _empty_like(tensor, (int(recv.sum()),) + tuple(tensor.shape[1:]))
     _core.alltoall(_handle(tensor), _handle(output), name, [int(v) for v in send],
-                   [int(v) for v in recv], int(priority))
+                   [int(v) for v in recv], _priority(priority, name))
     if given:
         return output, mx.nd.array(recv, dtype="int32")
     return output

@@ -82,3 +82,20 @@ def test_plan_fusion_groups_by_key_within_threshold():
     assert groups == [[0, 2], [1], [3], [4], [5], [6], [7]]
     assert _core.plan_fusion(items, 0) == [[i] for i in range(len(items))]
     assert sorted(i for g in _core.plan_fusion(items, 10**9) for i in g) == list(range(len(items)))
+
+
+@pytest.mark.parametrize("var,value,needle", [
+    ("HOROVOD_CACHE_CAPACITY", "1e12", "limit"),
+    ("HOROVOD_CYCLE_TIME", "1e9", "minute"),
+    ("HOROVOD_CYCLE_TIME", "nan", "not a non-negative number"),
+    ("HOROVOD_CYCLE_TIME", "inf", "not a non-negative number"),
+])
+def test_out_of_range_environment_values_are_refused(var, value, needle):
+    import os
+    os.environ[var] = value
+    try:
+        with pytest.raises(ValueError, match=needle):
+            hvd.init()
+    finally:
+        del os.environ[var]
+    assert not hvd.is_initialized()

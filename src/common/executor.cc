@@ -34,8 +34,8 @@ Status Executor::Run(const Response& resp, const std::vector<TensorTableEntry*>&
 Status Executor::Allreduce(const Response& resp, const std::vector<TensorTableEntry*>& entries) {
   const DataType dt = resp.dtype;
   const int esize = DTypeSize(dt);
-  double post = resp.postscale;
-  if (resp.reduce_op == ReduceOp::kAverage) post /= size_;
+  const double post = resp.postscale;
+  const int divisor = resp.reduce_op == ReduceOp::kAverage ? size_ : 1;
   if (entries.size() == 1) {
     // Alone in its group: reduce in the output itself, no fusion-buffer copies.
     TensorTableEntry* e = entries[0];
@@ -44,7 +44,7 @@ Status Executor::Allreduce(const Response& resp, const std::vector<TensorTableEn
     ScaleBuffer(e->output.data, n, dt, resp.prescale);
     auto s = backend_->Allreduce(e->output.data, n, dt, resp.reduce_op);
     if (!s.ok()) return s;
-    ScaleBuffer(e->output.data, n, dt, post);
+    ScaleBuffer(e->output.data, n, dt, post, divisor);
     return Status::OK();
   }
   int64_t total = 0;
@@ -60,7 +60,7 @@ Status Executor::Allreduce(const Response& resp, const std::vector<TensorTableEn
   ScaleBuffer(buf, total, dt, resp.prescale);
   auto s = backend_->Allreduce(buf, total, dt, resp.reduce_op);
   if (!s.ok()) return s;
-  ScaleBuffer(buf, total, dt, post);
+  ScaleBuffer(buf, total, dt, post, divisor);
   off = 0;
   for (auto* e : entries) {
     const int64_t bytes = e->input.num_elements() * esize;

@@ -45,6 +45,10 @@ Status MakeTensor(OpType type, void* input, void* output, const char* name, OpTe
                                    " does not fit input shape " + ShapeString(in.shape));
   }
   t->in_place = (input == output);
+  if (!t->in_place && ChunkIdentity(input) == ChunkIdentity(output)) {
+    // Views of one buffer as read and write dependencies: the engine would wait on itself.
+    return Status::InvalidArgument(what + ": input and output are views of the same buffer");
+  }
   t->request.op_type = type;
   t->request.name = name;
   t->request.dtype = static_cast<DataType>(in.dtype);
@@ -92,9 +96,11 @@ int GroupedAllreduce(void** inputs, void** outputs, int num, const char** names,
   // layer also refuses the same NDArray object twice).
   for (int i = 0; i < num; ++i) {
     for (int j = 0; j < i; ++j) {
-      if (outputs[i] == outputs[j] || inputs[i] == inputs[j]) {
+      if (ChunkIdentity(outputs[i]) == ChunkIdentity(outputs[j]) ||
+          ChunkIdentity(inputs[i]) == ChunkIdentity(inputs[j]) ||
+          ChunkIdentity(inputs[i]) == ChunkIdentity(outputs[j])) {
         return Fail(Status::InvalidArgument("grouped allreduce: '" + std::string(names[i]) + "' and '" +
-                                            names[j] + "' are the same array"));
+                                            names[j] + "' are the same array or views of one buffer"));
       }
     }
   }

@@ -44,8 +44,12 @@ Status Describe(void* handle, const std::string& what, ArrayInfo* out) {
   int ndim = 0;
   const int* dims = nullptr;
   if (MXNDArrayGetShapeEx(handle, &ndim, &dims) != 0) return Status::InvalidArgument(what + ": " + LastMXNetError());
-  if (ndim <= 0) return Status::InvalidArgument(what + ": the NDArray has no shape (uninitialized)");
-  out->shape.assign(dims, dims + ndim);
+  int np_shape = 0;
+  MXIsNumpyShape(&np_shape);
+  if (ndim < 0 || (ndim == 0 && !np_shape)) {
+    return Status::InvalidArgument(what + ": the NDArray has no shape (uninitialized)");
+  }
+  out->shape.assign(dims, dims + ndim);  // () under npx.set_np(): a 0-d array, 1 element
   return Status::OK();
 }
 
@@ -69,6 +73,10 @@ Status DataAtRun(void* handle, const std::string& what, void** data) {
   *data = static_cast<char*>(t->dl_tensor.data) + t->dl_tensor.byte_offset;
   MXNDArrayCallDLPackDeleter(dl);
   return Status::OK();
+}
+
+const void* ChunkIdentity(void* handle) {
+  return handle ? *static_cast<void* const*>(handle) : nullptr;
 }
 
 Status KeepAlive(void* handle, void** copy) {

@@ -28,6 +28,11 @@ Status ResolveLayout(void* handle);
 // The data pointer when the engine runs the operation, without waiting: fails with a clear
 // message if an operation queued before ours converted the array to MKLDNN's layout.
 Status DataAtRun(void* handle, const std::string& what, void** data);
+// Identity of the memory chunk (and so of the engine variable) behind a handle, without
+// touching the data: two views of one buffer (x and x[0:2]) share it. Reads the first
+// member of mxnet::NDArray (std::shared_ptr<Chunk> ptr_, ndarray.h of MXNet 1.x; the class
+// has no virtual functions), a layout read, not a symbol import.
+const void* ChunkIdentity(void* handle);
 // A second handle on the same memory, which keeps it alive until FreeHandle.
 Status KeepAlive(void* handle, void** copy);
 void FreeHandle(void* handle);

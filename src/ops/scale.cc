@@ -6,8 +6,9 @@ namespace mxhorovod {
 namespace {
 
 template <typename T>
-void ScaleTyped(T* p, int64_t n, double f) {
-  for (int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(static_cast<double>(p[i]) * f);
+void ScaleInt(T* p, int64_t n, double factor, int divisor) {
+  const long double f = factor, d = divisor;
+  for (int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(static_cast<long double>(p[i]) * f / d);
 }
 
 void ScaleHalf(_Float16* p, int64_t n, double f) {
@@ -23,20 +24,21 @@ void ScaleFloat(float* p, int64_t n, double f) {
 
 }  // namespace
 
-void ScaleBuffer(void* buf, int64_t count, DataType dtype, double factor) {
-  if (factor == 1.0 || count == 0) return;
+void ScaleBuffer(void* buf, int64_t count, DataType dtype, double factor, int divisor) {
+  if ((factor == 1.0 && divisor == 1) || count == 0) return;
+  const double f = factor / divisor;
   switch (dtype) {
-    case DataType::kFloat32: ScaleFloat(static_cast<float*>(buf), count, factor); break;
+    case DataType::kFloat32: ScaleFloat(static_cast<float*>(buf), count, f); break;
     case DataType::kFloat64: {
       double* p = static_cast<double*>(buf);
-      for (int64_t i = 0; i < count; ++i) p[i] *= factor;
+      for (int64_t i = 0; i < count; ++i) p[i] *= f;
       break;
     }
-    case DataType::kFloat16: ScaleHalf(static_cast<_Float16*>(buf), count, factor); break;
-    case DataType::kUInt8: ScaleTyped(static_cast<uint8_t*>(buf), count, factor); break;
-    case DataType::kInt8: ScaleTyped(static_cast<int8_t*>(buf), count, factor); break;
-    case DataType::kInt32: ScaleTyped(static_cast<int32_t*>(buf), count, factor); break;
-    case DataType::kInt64: ScaleTyped(static_cast<int64_t*>(buf), count, factor); break;
+    case DataType::kFloat16: ScaleHalf(static_cast<_Float16*>(buf), count, f); break;
+    case DataType::kUInt8: ScaleInt(static_cast<uint8_t*>(buf), count, factor, divisor); break;
+    case DataType::kInt8: ScaleInt(static_cast<int8_t*>(buf), count, factor, divisor); break;
+    case DataType::kInt32: ScaleInt(static_cast<int32_t*>(buf), count, factor, divisor); break;
+    case DataType::kInt64: ScaleInt(static_cast<int64_t*>(buf), count, factor, divisor); break;
   }
 }
 

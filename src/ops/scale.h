@@ -9,10 +9,11 @@
 
 namespace mxhorovod {
 
-// buf[i] = T(buf[i] * factor) for count elements. Float16 computes in float32; integers
-// compute in double and truncate toward zero, as Horovod's ScaleBuffer does (so an integer
-// Average truncates). No-op when factor == 1.
-void ScaleBuffer(void* buf, int64_t count, DataType dtype, double factor);
+// buf[i] = T(buf[i] * factor / divisor) for count elements (divisor: Average's size).
+// Float16 computes in float32, float32 and float64 multiply by factor/divisor; integers
+// compute in long double (exact for int64 on x86), dividing exactly, and truncate toward
+// zero, as Horovod's integer Average does. No-op when factor / divisor == 1.
+void ScaleBuffer(void* buf, int64_t count, DataType dtype, double factor, int divisor = 1);
 
 // inout[i] = op(in[i], inout[i]) on IEEE float16 values (computed in float32, rounded back).
 void ReduceFloat16(const void* in, void* inout, int64_t count, ReduceOp op);

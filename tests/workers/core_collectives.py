@@ -142,6 +142,28 @@ for k in range(n):
 close(y.asnumpy(), np.concatenate(want).astype("float32"), "float32", "alltoall splits")
 close(recv.asnumpy(), np.array(want_recv, dtype="int32"), "int32", "received splits")
 
+# An allgather under one name whose dim 0 changes on one rank only (cache invalidation).
+for step, rows0 in enumerate([1, 3, 1]):
+    rows = rows0 if r == 0 else 2
+    g = hvd.allgather(mx.nd.ones((rows, 2)) * r, name="ag.changing")
+    want = np.concatenate([np.full((rows0 if k == 0 else 2, 2), k, "float32") for k in range(n)])
+    close(g.asnumpy(), want, "float32", "allgather changing rows %d" % step)
+
+# int64 Average keeps all 64 bits.
+big = 2 ** 60 + 1
+yi = hvd.allreduce(mx.nd.array([big], dtype="int64"), op=hvd.Average, name="int64.avg")
+assert yi.asnumpy().tolist() == [big], yi.asnumpy()
+
+# 0-d arrays (mx.np under npx.set_np()) come back as mx.np arrays.
+mx.npx.set_np()
+s0 = hvd.allreduce(mx.np.array(float(r + 1)), op=hvd.Sum, name="zero-d")
+assert isinstance(s0, mx.np.ndarray) and s0.shape == (), (type(s0), s0.shape)
+assert float(s0) == n * (n + 1) / 2
+b0 = mx.np.array(float(r))
+hvd.broadcast_(b0, root_rank=n - 1, name="zero-d.bc")
+assert float(b0) == n - 1
+mx.npx.reset_np()
+
 # A temporary input that Python drops right after the call stays alive.
 tmp = hvd.allreduce(mx.nd.ones((1000,)) * 2 * (r + 1), op=hvd.Sum, name="temporary")
 import gc; gc.collect()

@@ -67,7 +67,14 @@ for bad, needle in [(mx.nd.ones((2,), dtype="bool"), "dtype bool"),
         raise AssertionError("not refused: " + needle)
     except ValueError as e:
         assert needle in str(e) and "'bad'" in str(e), str(e)
-for call, needle in [(lambda: hvd.allreduce([1, 2]), "NDArray"),
+views = mx.nd.ones((4, 2))
+for call, needle in [(lambda: hvd.allreduce(mx.nd.ones(2), name="a\0b"), "NUL"),
+                     (lambda: hvd.allreduce(mx.nd.ones(2), name="\udc80"), "Unicode"),
+                     (lambda: hvd.allreduce(mx.nd.ones(2), name="p", priority=2**40), "32-bit"),
+                     (lambda: hvd.allreduce(mx.nd.ones(2), name="nan", prescale_factor=float("nan")), "finite"),
+                     (lambda: hvd.grouped_allreduce_([views, views[0:2]], name="v1"), "views"),
+                     (lambda: hvd.grouped_allreduce_([views[0:2], views[2:4]], name="v2"), "views"),
+                     (lambda: hvd.allreduce([1, 2]), "NDArray"),
                      (lambda: hvd.allreduce(mx.nd.ones(2), op=hvd.Adasum), "Adasum"),
                      (lambda: hvd.allreduce(mx.nd.ones(2), op=hvd.Sum, average=True), "supersedes"),
                      (lambda: hvd.broadcast(mx.nd.ones(2), root_rank=n), "root"),
