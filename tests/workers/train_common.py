@@ -81,3 +81,15 @@ def optimizer(kind, rescale_grad=1.0):
     if kind == "lamb":  # aggregated: MXNet passes lists of indices to update_multi_precision
         return mx.optimizer.LAMB(learning_rate=0.01, wd=1e-3, rescale_grad=rescale_grad)
     raise ValueError(kind)
+
+
+def run_scenarios(scenarios, default_order):
+    """Runs the scenarios named on the command line (all, in default_order, if none) after
+    hvd.init(), then prints RANK <r> OK for run_ranks."""
+    import sys
+    hvd.init()
+    for name in sys.argv[1:] or default_order:
+        scenarios[name]()
+        if hvd.rank() == 0:
+            print("scenario %s ok" % name, flush=True)
+    print("RANK %d OK" % hvd.rank(), flush=True)

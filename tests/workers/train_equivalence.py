@@ -4,14 +4,13 @@ Each scenario trains a distributed model on this rank's shard and a local refere
 whole global batch, then compares every parameter on every rank. Usage:
     train_equivalence.py [scenario ...]     (default: all)
 """
-import sys
 
 import numpy as np
 import mxnet as mx
 from mxnet import autograd, gluon
 
 import mxhorovod as hvd
-from train_common import (assert_close, assert_same_on_all_ranks, copy_params, global_data,
+from train_common import (assert_close, assert_same_on_all_ranks, copy_params, global_data, run_scenarios,
                           mlp, optimizer, param_arrays, shard, IN, HIDDEN, CLASSES)
 
 STEPS, B = 3, 4
@@ -119,15 +118,5 @@ SCENARIOS = {
 }
 
 
-def main():
-    hvd.init()
-    names = sys.argv[1:] or sorted(SCENARIOS)
-    for name in names:
-        SCENARIOS[name]()
-        if hvd.rank() == 0:
-            print("scenario %s ok" % name, flush=True)
-    print("RANK %d OK" % hvd.rank(), flush=True)
-
-
 if __name__ == "__main__":
-    main()
+    run_scenarios(SCENARIOS, sorted(SCENARIOS))

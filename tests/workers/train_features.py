@@ -2,7 +2,6 @@
 
 Usage: train_features.py [scenario ...]     (default: all)
 """
-import sys
 import warnings
 
 import numpy as np
@@ -10,7 +9,7 @@ import mxnet as mx
 from mxnet import autograd, gluon
 
 import mxhorovod as hvd
-from train_common import (assert_close, assert_same_on_all_ranks, copy_params, global_data,
+from train_common import (assert_close, assert_same_on_all_ranks, copy_params, global_data, run_scenarios,
                           mlp, optimizer, param_arrays, shard, IN)
 
 B = 4
@@ -203,15 +202,5 @@ SCENARIOS = {f.__name__: f for f in (
     insertion_order_and_null, row_sparse_embedding, fp16_compression)}
 
 
-def main():
-    hvd.init()
-    names = sys.argv[1:] or list(SCENARIOS)
-    for name in names:
-        SCENARIOS[name]()
-        if hvd.rank() == 0:
-            print("scenario %s ok" % name, flush=True)
-    print("RANK %d OK" % hvd.rank(), flush=True)
-
-
 if __name__ == "__main__":
-    main()
+    run_scenarios(SCENARIOS, list(SCENARIOS))
