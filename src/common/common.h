@@ -76,8 +76,6 @@ struct TensorView {
 };
 
 using StatusCallback = std::function<void(const Status&)>;
-// Called on the background thread once dim-0 sizes are known; returns where to write.
-using OutputAllocator = std::function<Status(int64_t total_rows, TensorView* out)>;
 
 // One submitted collective: the request, its memory, and the callback that completes it.
 struct TensorTableEntry {

@@ -39,7 +39,6 @@ class Controller {
   std::vector<std::pair<std::string, std::vector<int>>> PendingOnCoordinator() const {
     return table_.Pending();
   }
-  int cached_pending() const { return static_cast<int>(pending_hits_.size()); }
 
  private:
   Status Coordinate(std::vector<Request> mine, std::vector<Response>* out);

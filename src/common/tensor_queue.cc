@@ -63,9 +63,4 @@ std::vector<TensorTableEntry> TensorQueue::TakeAll() {
   return out;
 }
 
-size_t TensorQueue::InFlight() {
-  std::lock_guard<std::mutex> lk(mu_);
-  return reserved_.size();
-}
-
 }  // namespace mxhorovod

@@ -30,7 +30,6 @@ class TensorQueue {
   bool Take(const std::string& name, TensorTableEntry* out);
   // Takes every entry (shutdown): the caller fails them.
   std::vector<TensorTableEntry> TakeAll();
-  size_t InFlight();
 
  private:
   std::mutex mu_;
