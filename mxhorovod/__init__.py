@@ -8,7 +8,8 @@
 from mxhorovod.basics import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built,
                               gloo_built, gloo_enabled, init, is_homogeneous, is_initialized,
                               local_rank, local_size, mpi_built, mpi_enabled,
-                              mpi_threads_supported, nccl_built, rank, rocm_built, shutdown, size)
+                              mpi_threads_supported, nccl_built, rank, rocm_built, shutdown, size,
+                              start_timeline, stop_timeline)
 from mxhorovod.mpi_ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allreduce,
                                allreduce_, alltoall, broadcast, broadcast_, grouped_allreduce,
                                grouped_allreduce_)

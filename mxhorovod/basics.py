@@ -4,14 +4,16 @@ Names, arguments and errors follow ``horovod.mxnet`` (0.28), so a script written
 ``import horovod.mxnet as hvd`` runs unchanged with ``import mxhorovod as hvd``.
 """
 import atexit
+import os
+import socket
 
-from mxhorovod import _core
+from mxhorovod import _core, failures, log
 
 __all__ = [
     "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank",
     "cross_size", "cross_rank", "mpi_threads_supported", "mpi_built", "mpi_enabled",
     "gloo_built", "gloo_enabled", "nccl_built", "ddl_built", "ccl_built", "cuda_built",
-    "rocm_built", "is_homogeneous",
+    "rocm_built", "is_homogeneous", "start_timeline", "stop_timeline",
 ]
 
 _atexit_registered = False
@@ -29,6 +31,12 @@ def init(comm=None):
 
     Calling ``init`` again while running does nothing; ``init`` after ``shutdown`` starts
     anew. MPI is finalized at exit, and only if mxhorovod initialized it.
+
+    On jobs of two or more ranks, an unhandled exception (or a fatal signal) on any rank is
+    logged with that rank's number and ends the whole job with a non-zero exit code
+    (``MPI_Abort``); see :mod:`mxhorovod.failures`. HOROVOD_LOG_LEVEL sets the level of the
+    'mxhorovod' logger (:mod:`mxhorovod.log`), HOROVOD_TIMELINE starts a timeline on rank 0
+    (:func:`start_timeline`).
 
     Raises:
         ValueError: a bad ``comm``, this rank not in the list, or a bad HOROVOD_* variable.
@@ -48,7 +56,13 @@ def init(comm=None):
     else:
         raise ValueError("init(comm=...) takes None, a list of ranks or an mpi4py communicator, "
                          "not %s" % type(comm).__name__)
+    logger = log.configure()
     _core.init(comm_f2c, ranks)
+    rank_, size_, local_rank_, local_size_ = _core.topology()[:4]
+    log.set_rank(rank_)
+    failures.install(rank_, size_)
+    logger.info("rank %d of %d (local rank %d of %d): pid %d on %s", rank_, size_, local_rank_,
+                local_size_, os.getpid(), socket.gethostname())
     if not _atexit_registered:
         # Registered at init, after mpi4py's own exit hook (if mpi4py is imported), so ours
         # runs first: the background thread stops before anyone finalizes MPI.
@@ -61,6 +75,38 @@ def shutdown():
     semantics): operations still pending on any rank fail with an error that names them.
     Safe to call twice or before ``init``."""
     _core.shutdown()
+
+
+def start_timeline(file_path, mark_cycles=False):
+    """Start recording a timeline to ``file_path`` (Horovod's ``hvd.start_timeline``).
+
+    The file is a Chrome trace event file (open it in https://ui.perfetto.dev or
+    chrome://tracing; summarize it with ``python -m mxhorovod.timeline summary FILE``): one
+    row per tensor name, with its negotiation (when each rank became ready) and its
+    activities (QUEUE, MEMCPY_IN_FUSION_BUFFER, MPI_ALLREDUCE, ..., in microseconds). See
+    docs/timeline.md. As in Horovod, rank 0 writes it; on the other ranks this does nothing.
+    Setting HOROVOD_TIMELINE=path before ``init()`` starts one at ``init()``
+    (HOROVOD_TIMELINE_MARK_CYCLES=1 for ``mark_cycles``).
+
+    Args:
+        file_path: path of the JSON file; an existing file is overwritten.
+        mark_cycles: also record an instant event CYCLE_START for each background cycle
+            that ran collectives.
+    Raises:
+        ValueError: before ``init()``; on rank 0, when the file cannot be opened or a
+            timeline is already being recorded (call :func:`stop_timeline` first).
+    """
+    _topology()
+    _core.start_timeline(os.fspath(file_path), bool(mark_cycles))
+
+
+def stop_timeline():
+    """Stop recording the timeline and complete its file (valid JSON from then on).
+
+    ``shutdown()`` (and the exit of the process) also does it. Raises ValueError before
+    ``init()``; does nothing when no timeline is being recorded."""
+    _topology()
+    _core.stop_timeline()
 
 
 def is_initialized():

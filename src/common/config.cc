@@ -1,5 +1,6 @@
 #include "config.h"
 
+#include <cctype>
 #include <stdexcept>
 
 namespace mxhorovod {
@@ -15,6 +16,16 @@ double EnvNumber(const char* name, double fallback) {
   return d;
 }
 
+bool EnvFlag(const char* name, bool fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  std::string s;
+  for (const char* p = v; *p; ++p) s += (char)std::tolower((unsigned char)*p);
+  if (s == "1" || s == "true" || s == "yes" || s == "on") return true;
+  if (s == "0" || s == "false" || s == "no" || s == "off") return false;
+  throw std::invalid_argument(std::string(name) + "='" + v + "' is not a flag (1/0, true/false, yes/no, on/off)");
+}
+
 Config Config::FromEnv() {
   Config c;
   c.cycle_time_ms = EnvNumber("HOROVOD_CYCLE_TIME", c.cycle_time_ms);
@@ -22,6 +33,13 @@ Config Config::FromEnv() {
   c.cache_capacity = (int64_t)EnvNumber("HOROVOD_CACHE_CAPACITY", (double)c.cache_capacity);
   c.slice_bytes = (int64_t)EnvNumber("MXHOROVOD_SLICE_BYTES", (double)c.slice_bytes);
   if (c.slice_bytes < 1024) c.slice_bytes = 1024;
+  const char* timeline = std::getenv("HOROVOD_TIMELINE");
+  c.timeline = timeline && std::string(timeline) != "DYNAMIC" ? timeline : "";
+  c.timeline_mark_cycles = EnvFlag("HOROVOD_TIMELINE_MARK_CYCLES", false);
+  c.stall.check_s = EnvNumber("HOROVOD_STALL_CHECK_TIME_SECONDS", c.stall.check_s);
+  c.stall.shutdown_s = EnvNumber("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", c.stall.shutdown_s);
+  c.stall.enabled = !EnvFlag("HOROVOD_STALL_CHECK_DISABLE", false) && c.stall.check_s > 0;
+  c.log = LogSettingsFromEnv();
   if (c.cycle_time_ms > 60000) {
     throw std::invalid_argument("HOROVOD_CYCLE_TIME=" + std::to_string(c.cycle_time_ms) +
                                 " ms is more than a minute between cycles");

@@ -6,6 +6,9 @@
 #include <cstdlib>
 #include <string>
 
+#include "logging.h"
+#include "stall_inspector.h"
+
 namespace mxhorovod {
 
 struct Config {
@@ -13,12 +16,20 @@ struct Config {
   int64_t fusion_threshold = 128ll << 20;     // HOROVOD_FUSION_THRESHOLD (bytes)
   int64_t cache_capacity = 1024;              // HOROVOD_CACHE_CAPACITY (entries; 0 = off)
   int64_t slice_bytes = 16ll << 20;           // MXHOROVOD_SLICE_BYTES: bytes per MPI call
+  std::string timeline;                       // HOROVOD_TIMELINE: file written by rank 0
+                                              // ("" or DYNAMIC: only start_timeline())
+  bool timeline_mark_cycles = false;          // HOROVOD_TIMELINE_MARK_CYCLES
+  StallSettings stall;                        // HOROVOD_STALL_CHECK_* (stall_inspector.h)
+  LogSettings log;                            // HOROVOD_LOG_LEVEL, HOROVOD_LOG_HIDE_TIME
   static Config FromEnv();
 };
 
 // Value of an environment variable as a number, or `fallback` when unset or empty.
 // Throws std::invalid_argument naming the variable when it is not a number.
 double EnvNumber(const char* name, double fallback);
+// Value of an environment variable as a flag: 1/0, true/false, yes/no, on/off (any case), or
+// `fallback` when unset or empty. Throws std::invalid_argument naming the variable otherwise.
+bool EnvFlag(const char* name, bool fallback);
 
 }  // namespace mxhorovod
 

@@ -3,6 +3,7 @@
 #include <set>
 
 #include "ops/mpi_wait.h"
+#include "timeline.h"
 #include "wire.h"
 
 namespace mxhorovod {
@@ -10,6 +11,7 @@ namespace {
 
 constexpr uint64_t kFlagUncached = 1;
 constexpr uint64_t kFlagShutdown = 2;
+constexpr uint64_t kFlagStallShutdown = 4;  // set by rank 0 only, with the other two
 
 Status Check(int rc, const char* what) {
   if (rc == MPI_SUCCESS) return Status::OK();
@@ -18,12 +20,17 @@ Status Check(int rc, const char* what) {
 
 }  // namespace
 
-Controller::Controller(MPI_Comm comm, int rank, int size, size_t cache_capacity, TensorQueue* queue)
-    : comm_(comm), rank_(rank), size_(size), queue_(queue), cache_(cache_capacity), table_(size) {}
+Controller::Controller(MPI_Comm comm, int rank, int size, size_t cache_capacity, TensorQueue* queue,
+                       const StallSettings& stall)
+    : comm_(comm), rank_(rank), size_(size), queue_(queue), cache_(cache_capacity), table_(size),
+      stall_(stall, rank, size) {}
 
 Status Controller::ComputeResponses(bool shutdown_requested, CycleResult* out) {
   out->responses.clear();
   out->shutdown = false;
+  out->stall_shutdown = false;
+  out->shutdown_ranks.clear();
+  stall_.BeginCycle();  // [stall]
   std::vector<Request> fresh, to_send;
   to_send.swap(resend_);
   queue_->PopRequests(&fresh);
@@ -37,16 +44,36 @@ Status Controller::ComputeResponses(bool shutdown_requested, CycleResult* out) {
       continue;
     }
     switch (cache_.capacity() ? cache_.Find(r, &bit) : ResponseCache::kMiss) {
-      case ResponseCache::kHit: pending_hits_[bit] = r.name; break;
+      case ResponseCache::kHit:
+        pending_hits_[bit] = r.name;
+        stall_.HitPending(bit);                                              // [stall]
+        if (rank_ == 0) Timeline::Get().NegotiateCached(r.name, r.op_type);  // [timeline]
+        break;
       case ResponseCache::kInvalid: invalid[bit / 64] |= 1ull << (bit % 64); to_send.push_back(r); break;
       case ResponseCache::kMiss: to_send.push_back(r); break;
     }
   }
+  // [stall] A hit waiting too long goes to the coordinator, which can name the missing
+  // ranks: its entry is evicted everywhere, so the peers' pending hits on it follow.
+  for (int bit : stall_.StalledHits(pending_hits_)) {
+    invalid[bit / 64] |= 1ull << (bit % 64);
+    TensorTableEntry* e = queue_->Find(pending_hits_[bit]);
+    if (e) to_send.push_back(e->request);
+    pending_hits_.erase(bit);
+  }
   for (const auto& kv : pending_hits_) hits[kv.first / 64] |= 1ull << (kv.first % 64);
+  // [stall] Rank 0 warns about stalled names; past the shutdown time it forces a coordinator
+  // round (to send every rank the errors naming them) and asks every rank to stop.
+  bool stall_stop = false;
+  if (rank_ == 0 && stall_.CoordinatorCheckDue()) {
+    stall_errors_.clear();
+    stall_stop = stall_.CheckCoordinator(table_.Pending(), &stall_errors_);
+  }
 
   // One AND-allreduce carries OR information as complements: ~(a|b) == ~a & ~b.
   std::vector<uint64_t> vec(1 + 2 * words);
-  uint64_t flags = (to_send.empty() ? 0 : kFlagUncached) | (shutdown_requested ? kFlagShutdown : 0);
+  uint64_t flags = (to_send.empty() ? 0 : kFlagUncached) | (shutdown_requested ? kFlagShutdown : 0) |
+                   (stall_stop ? kFlagUncached | kFlagShutdown | kFlagStallShutdown : 0);
   vec[0] = ~flags;
   for (size_t w = 0; w < words; ++w) {
     vec[1 + w] = ~invalid[w];
@@ -59,6 +86,17 @@ Status Controller::ComputeResponses(bool shutdown_requested, CycleResult* out) {
   if (!s.ok()) return s;
   flags = ~vec[0];
   out->shutdown = flags & kFlagShutdown;
+  out->stall_shutdown = flags & kFlagStallShutdown;
+  if (out->shutdown) {
+    // Once, at the end: who asked, so the others' errors can name the rank that shut down.
+    int mine = shutdown_requested ? 1 : 0;
+    std::vector<int> asked(size_);
+    s = Check(MPI_Iallgather(&mine, 1, MPI_INT, asked.data(), 1, MPI_INT, comm_, &req),
+              "MPI_Iallgather (shutdown)");
+    if (s.ok()) s = WaitRequest(&req, "MPI_Iallgather (shutdown)");
+    if (!s.ok()) return s;
+    for (int r = 0; r < size_; ++r) if (asked[r]) out->shutdown_ranks.push_back(r);
+  }
 
   // Evictions first, identically everywhere; a hit of ours on an evicted entry is resent.
   for (size_t w = 0; w < words; ++w) {
@@ -145,8 +183,18 @@ Status Controller::Coordinate(std::vector<Request> mine, std::vector<Response>* 
     std::vector<Response> ready;
     for (int r = 0; r < size_; ++r) {
       auto reqs = DecodeRequests(all.data() + displs[r], counts[r]);
+      if (Timeline::Get().enabled()) {  // [timeline]
+        for (const auto& q : reqs) Timeline::Get().NegotiateRankReady(q.name, q.op_type, r);
+      }
       table_.Add(reqs, &ready);
     }
+    // [stall] Stall shutdown: the names still waiting get their errors on every rank.
+    for (auto& err : stall_errors_) {
+      if (!table_.Contains(err.names[0])) continue;  // completed in this very round
+      table_.Erase(err.names[0]);
+      ready.push_back(std::move(err));
+    }
+    stall_errors_.clear();
     answer = EncodeResponses(ready);
   }
   int64_t alen = (int64_t)answer.size();

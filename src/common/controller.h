@@ -22,6 +22,7 @@
 #include "common.h"
 #include "message_table.h"
 #include "response_cache.h"
+#include "stall_inspector.h"
 #include "tensor_queue.h"
 
 namespace mxhorovod {
@@ -29,16 +30,17 @@ namespace mxhorovod {
 struct CycleResult {
   std::vector<Response> responses;
   bool shutdown = false;   // some rank asked to shut down
+  bool stall_shutdown = false;       // ... because a stall passed the shutdown time (rank 0)
+  std::vector<int> shutdown_ranks;   // the ranks that asked (filled when shutdown is set)
 };
 
 class Controller {
  public:
-  Controller(MPI_Comm comm, int rank, int size, size_t cache_capacity, TensorQueue* queue);
+  Controller(MPI_Comm comm, int rank, int size, size_t cache_capacity, TensorQueue* queue,
+             const StallSettings& stall = StallSettings());
   Status ComputeResponses(bool shutdown_requested, CycleResult* out);
   // Coordinator only: names some ranks have submitted and others not (stall reporting).
-  std::vector<std::pair<std::string, std::vector<int>>> PendingOnCoordinator() const {
-    return table_.Pending();
-  }
+  std::vector<PendingName> PendingOnCoordinator() const { return table_.Pending(); }
 
  private:
   Status Coordinate(std::vector<Request> mine, std::vector<Response>* out);
@@ -49,6 +51,8 @@ class Controller {
   MessageTable table_;                   // used on rank 0 only
   std::map<int, std::string> pending_hits_;  // cache bit -> name, waiting for all ranks
   std::vector<Request> resend_;  // hits whose entry was evicted: negotiate next cycle
+  StallInspector stall_;
+  std::vector<Response> stall_errors_;  // rank 0: answers for stalled names (stall shutdown)
 };
 
 }  // namespace mxhorovod

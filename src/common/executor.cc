@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "ops/scale.h"
+#include "timeline.h"
 
 namespace mxhorovod {
 namespace {
@@ -42,7 +43,9 @@ Status Executor::Allreduce(const Response& resp, const std::vector<TensorTableEn
     const int64_t n = e->input.num_elements();
     if (e->output.data != e->input.data) std::memcpy(e->output.data, e->input.data, n * esize);
     ScaleBuffer(e->output.data, n, dt, resp.prescale);
+    Timeline::Get().ActivityStart(e->request.name, MPIActivityName(OpType::kAllreduce));  // [timeline]
     auto s = backend_->Allreduce(e->output.data, n, dt, resp.reduce_op);
+    Timeline::Get().ActivityEnd(e->request.name);  // [timeline]
     if (!s.ok()) return s;
     ScaleBuffer(e->output.data, n, dt, post, divisor);
     return Status::OK();
@@ -51,6 +54,8 @@ Status Executor::Allreduce(const Response& resp, const std::vector<TensorTableEn
   for (auto* e : entries) total += e->input.num_elements();
   if ((int64_t)fusion_buffer_.size() < total * esize) fusion_buffer_.resize(total * esize);
   char* buf = fusion_buffer_.data();
+  Timeline& timeline = Timeline::Get();
+  timeline.ActivityStartAll(entries, kActivityMemcpyIn);  // [timeline]
   int64_t off = 0;
   for (auto* e : entries) {
     const int64_t bytes = e->input.num_elements() * esize;
@@ -58,8 +63,12 @@ Status Executor::Allreduce(const Response& resp, const std::vector<TensorTableEn
     off += bytes;
   }
   ScaleBuffer(buf, total, dt, resp.prescale);
+  timeline.ActivityEndAll(entries);                                             // [timeline]
+  timeline.ActivityStartAll(entries, MPIActivityName(OpType::kAllreduce));     // [timeline]
   auto s = backend_->Allreduce(buf, total, dt, resp.reduce_op);
+  timeline.ActivityEndAll(entries);                                             // [timeline]
   if (!s.ok()) return s;
+  timeline.ActivityStartAll(entries, kActivityMemcpyOut);  // [timeline]
   ScaleBuffer(buf, total, dt, post, divisor);
   off = 0;
   for (auto* e : entries) {
@@ -67,6 +76,7 @@ Status Executor::Allreduce(const Response& resp, const std::vector<TensorTableEn
     std::memcpy(e->output.data, buf + off, bytes);
     off += bytes;
   }
+  timeline.ActivityEndAll(entries);  // [timeline]
   return Status::OK();
 }
 
@@ -75,7 +85,10 @@ Status Executor::Broadcast(const Response& resp, TensorTableEntry* e) {
   if (rank_ == resp.root_rank && e->output.data != e->input.data) {
     std::memcpy(e->output.data, e->input.data, bytes);
   }
-  return backend_->Broadcast(e->output.data, bytes, resp.root_rank);
+  Timeline::Get().ActivityStart(e->request.name, MPIActivityName(OpType::kBroadcast));  // [timeline]
+  auto s = backend_->Broadcast(e->output.data, bytes, resp.root_rank);
+  Timeline::Get().ActivityEnd(e->request.name);  // [timeline]
+  return s;
 }
 
 Status Executor::Allgather(const Response& resp, const std::vector<int64_t>& first_dims,
@@ -89,7 +102,10 @@ Status Executor::Allgather(const Response& resp, const std::vector<int64_t>& fir
   }
   const int64_t want = total_rows * RowElements(e->input.shape);
   if (e->output.num_elements() != want) return Status::InvalidArgument(OutputSizeError(e, want));
-  return backend_->Allgatherv(e->input.data, recv_bytes[rank_], e->output.data, recv_bytes);
+  Timeline::Get().ActivityStart(e->request.name, MPIActivityName(OpType::kAllgather));  // [timeline]
+  auto s = backend_->Allgatherv(e->input.data, recv_bytes[rank_], e->output.data, recv_bytes);
+  Timeline::Get().ActivityEnd(e->request.name);  // [timeline]
+  return s;
 }
 
 Status Executor::Alltoall(TensorTableEntry* e) {
@@ -105,7 +121,10 @@ Status Executor::Alltoall(TensorTableEntry* e) {
   if (e->output.num_elements() != recv_rows * row) {
     return Status::InvalidArgument(OutputSizeError(e, recv_rows * row));
   }
-  return backend_->Alltoallv(e->input.data, send_bytes, e->output.data, recv_bytes);
+  Timeline::Get().ActivityStart(e->request.name, MPIActivityName(OpType::kAlltoall));  // [timeline]
+  auto s = backend_->Alltoallv(e->input.data, send_bytes, e->output.data, recv_bytes);
+  Timeline::Get().ActivityEnd(e->request.name);  // [timeline]
+  return s;
 }
 
 }  // namespace mxhorovod

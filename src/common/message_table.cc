@@ -28,14 +28,14 @@ void MessageTable::Add(const std::vector<Request>& reqs, std::vector<Response>* 
     if (slot.empty()) {
       slot.resize(size_);
       order_.push_back(r.name);
+      since_[r.name] = std::chrono::steady_clock::now();
       for (auto& s : slot) s.rank = -1;
     }
     if (r.rank < 0 || r.rank >= size_) continue;
     slot[r.rank] = r;
     if (std::all_of(slot.begin(), slot.end(), [](const Request& q) { return q.rank >= 0; })) {
       ready->push_back(Build(slot));
-      table_.erase(r.name);
-      order_.erase(std::find(order_.begin(), order_.end(), r.name));
+      Erase(r.name);
     }
   }
 }
@@ -105,12 +105,24 @@ Response MessageTable::Build(const std::vector<Request>& reqs) const {
   return resp;
 }
 
-std::vector<std::pair<std::string, std::vector<int>>> MessageTable::Pending() const {
-  std::vector<std::pair<std::string, std::vector<int>>> out;
+void MessageTable::Erase(const std::string& name) {
+  if (!table_.erase(name)) return;
+  since_.erase(name);
+  order_.erase(std::find(order_.begin(), order_.end(), name));
+}
+
+std::vector<PendingName> MessageTable::Pending() const {
+  std::vector<PendingName> out;
   for (const auto& name : order_) {
-    std::vector<int> ranks;
-    for (const auto& r : table_.at(name)) if (r.rank >= 0) ranks.push_back(r.rank);
-    out.emplace_back(name, ranks);
+    PendingName p;
+    p.name = name;
+    p.since = since_.at(name);
+    for (const auto& r : table_.at(name)) {
+      if (r.rank < 0) continue;
+      p.ranks.push_back(r.rank);
+      p.op_type = r.op_type;
+    }
+    out.push_back(std::move(p));
   }
   return out;
 }

@@ -3,6 +3,7 @@
 #ifndef MXHOROVOD_COMMON_MESSAGE_TABLE_H_
 #define MXHOROVOD_COMMON_MESSAGE_TABLE_H_
 
+#include <chrono>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -11,6 +12,14 @@
 
 namespace mxhorovod {
 
+// A name some ranks have submitted and others not yet (stall inspection).
+struct PendingName {
+  std::string name;
+  OpType op_type = OpType::kAllreduce;
+  std::vector<int> ranks;                        // ranks that have submitted it, ascending
+  std::chrono::steady_clock::time_point since;   // when the coordinator first received it
+};
+
 class MessageTable {
  public:
   explicit MessageTable(int size) : size_(size) {}
@@ -18,8 +27,11 @@ class MessageTable {
   // appended to *ready as responses (kError when the ranks disagree), in the order they
   // became complete, so every rank that executes the list runs the same collectives.
   void Add(const std::vector<Request>& reqs, std::vector<Response>* ready);
-  // Names still waiting, with the ranks that have submitted them (stall reporting).
-  std::vector<std::pair<std::string, std::vector<int>>> Pending() const;
+  // Names still waiting, in first-arrival order, with the ranks that have submitted them.
+  std::vector<PendingName> Pending() const;
+  bool Contains(const std::string& name) const { return table_.count(name) > 0; }
+  // Drops a waiting name (the coordinator answered it with an error: stall shutdown).
+  void Erase(const std::string& name);
   size_t size() const { return table_.size(); }
 
  private:
@@ -27,6 +39,7 @@ class MessageTable {
   int size_;
   std::unordered_map<std::string, std::vector<Request>> table_;
   std::vector<std::string> order_;  // first-arrival order, for Pending()
+  std::unordered_map<std::string, std::chrono::steady_clock::time_point> since_;
 };
 
 }  // namespace mxhorovod

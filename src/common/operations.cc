@@ -17,8 +17,11 @@
 #include "controller.h"
 #include "executor.h"
 #include "fusion.h"
+#include "logging.h"
 #include "ops/mpi_backend.h"
 #include "ops/mpi_wait.h"
+#include "stop_reason.h"
+#include "timeline.h"
 
 namespace mxhorovod {
 namespace {
@@ -129,6 +132,9 @@ void RunCycle(Controller& controller, Executor& executor, const Config& cfg, Cyc
   State& st = S();
   *fatal = controller.ComputeResponses(st.shutdown_requested.load(), result);
   if (!fatal->ok()) return;
+  Timeline& timeline = Timeline::Get();                          // [timeline]
+  if (!result->responses.empty()) timeline.MarkCycle();          // [timeline]
+  timeline.Responses(result->responses);                         // [timeline]
   // Error responses complete at once; the rest are planned into fusion groups.
   std::vector<Response> ok;
   for (auto& r : result->responses) {
@@ -159,11 +165,13 @@ void RunCycle(Controller& controller, Executor& executor, const Config& cfg, Cyc
     if (missing) {
       s = Status::UnknownError("internal error: a negotiated tensor is not queued on this rank");
     } else {
+      timeline.ActivityEndAll(entries);  // [timeline] QUEUE
       s = executor.Run(ok[group[0]], entries);
     }
     for (int i : group) {
       TensorTableEntry e;
       if (st.queue.Take(ok[i].names[0], &e)) e.callback(s);
+      timeline.OpEnd(ok[i].names[0]);  // [timeline]
     }
   }
 }
@@ -173,6 +181,15 @@ void BackgroundLoop(int64_t comm_f2c, std::vector<int> ranks, Config cfg) {
   MPI_Comm comm = MPI_COMM_NULL;
   Topology topo;
   Status s = StartMPI(comm_f2c, ranks, &comm, &topo);
+  if (s.ok()) {
+    ConfigureLogging(cfg.log, topo.rank);
+    // [timeline] HOROVOD_TIMELINE, written by rank 0 as in Horovod; started before init()
+    // returns, so a start_timeline() right after init() finds it.
+    if (topo.rank == 0 && !cfg.timeline.empty()) {
+      Status ts = Timeline::Get().Start(cfg.timeline, cfg.timeline_mark_cycles);
+      if (!ts.ok()) LogError("HOROVOD_TIMELINE: " + ts.reason() + "; recording no timeline");
+    }
+  }
   {
     std::lock_guard<std::mutex> lk(st.mu);
     st.start_status = s;
@@ -195,7 +212,8 @@ void BackgroundLoop(int64_t comm_f2c, std::vector<int> ranks, Config cfg) {
   {
     MPIBackend backend(comm, cfg.slice_bytes);
     Executor executor(&backend, topo.rank, topo.size);
-    Controller controller(comm, topo.rank, topo.size, (size_t)cfg.cache_capacity, &st.queue);
+    Controller controller(comm, topo.rank, topo.size, (size_t)cfg.cache_capacity, &st.queue,
+                          cfg.stall);
     const auto cycle = std::chrono::duration<double, std::milli>(cfg.cycle_time_ms);
     std::string reason;
     while (true) {
@@ -205,7 +223,9 @@ void BackgroundLoop(int64_t comm_f2c, std::vector<int> ranks, Config cfg) {
       RunCycle(controller, executor, cfg, &result, &fatal);
       if (!fatal.ok()) { reason = fatal.reason(); break; }
       if (result.shutdown) {
-        reason = st.shutdown_requested.load() ? "" : "a peer rank shut down (hvd.shutdown() or exit)";
+        reason = st.shutdown_requested.load() ? ""
+                 : result.stall_shutdown     ? StallInspector::ShutdownReason(cfg.stall)
+                                             : PeerShutdownReason(result.shutdown_ranks);
         break;
       }
       std::this_thread::sleep_until(start + cycle);
@@ -215,7 +235,11 @@ void BackgroundLoop(int64_t comm_f2c, std::vector<int> ranks, Config cfg) {
       st.running = false;
       st.stop_reason = reason;
     }
-    FailEntries(st.queue.TakeAll(), reason.empty() ? "mxhorovod was shut down on this rank" : reason);
+    if (!reason.empty()) LogDebug("stopped: " + reason);
+    std::vector<TensorTableEntry> left = st.queue.TakeAll();
+    std::string why = WithPendingNames(reason.empty() ? "mxhorovod was shut down on this rank" : reason, left);
+    FailEntries(std::move(left), why);
+    Timeline::Get().Stop();  // [timeline] the closing bracket, whoever stopped the loop
   }
   int finalized = 0;
   MPI_Finalized(&finalized);
@@ -239,6 +263,7 @@ Status Initialize(int64_t comm_f2c, const std::vector<int>& ranks) {
   } catch (const std::exception& e) {
     return Status::InvalidArgument(e.what());
   }
+  ConfigureLogging(cfg.log, -1);
   st.started = false;
   st.shutdown_requested = false;
   st.thread = std::thread(BackgroundLoop, comm_f2c, ranks, cfg);
@@ -255,6 +280,7 @@ void Shutdown() {
   State& st = S();
   st.shutdown_requested = true;
   if (st.thread.joinable()) st.thread.join();
+  Timeline::Get().Stop();
   std::lock_guard<std::mutex> lk(st.mu);
   st.running = false;
   st.topo = Topology();

@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "common/fusion.h"
+#include "common/job_abort.h"
 #include "common/operations.h"
+#include "common/timeline.h"
 #include "mxhorovod/c_api.h"
 #include "mxnet/ndarray.h"
 
@@ -56,6 +58,17 @@ PYBIND11_MODULE(_core, m) {
     if (!s.ok()) throw py::value_error(s.reason());
   }, "Back to MXNet's default layout (after wait_to_read(); MKLDNN weights)");
   m.def("stop_reason", &StopReason);
+  // Rank 0 records (as in Horovod); on the other ranks these are no-ops.
+  m.def("start_timeline", [](const std::string& path, bool mark_cycles) {
+    if (GetTopology().rank != 0) return;
+    Status s = Timeline::Get().Start(path, mark_cycles);
+    if (!s.ok()) throw py::value_error(s.reason());
+  });
+  m.def("stop_timeline", [] { py::gil_scoped_release nogil; Timeline::Get().Stop(); });
+  m.def("timeline_path", [] { return Timeline::Get().path(); }, "the file being recorded, or ''");
+  m.def("abort_job", [](int code) { py::gil_scoped_release nogil; AbortJob(code); },
+        "MPI_Abort(MPI_COMM_WORLD, code); returns only if MPI is not running");
+  m.def("install_signal_reports", &InstallSignalReports);
   m.def("topology", &TopologyTuple, "(rank, size, local_rank, local_size, cross_rank, cross_size)");
   m.def("mpi_threads_supported", &MPIThreadsSupported);
   m.def("allreduce", [](uintptr_t in, uintptr_t out, const std::string& name, int op, double pre,

@@ -1,0 +1,63 @@
+"""A rank that fails ends the whole job, and says which rank it was.
+
+MPICH's launcher ends the job when a rank's process dies, but it names only the pid. And a
+rank that fails with a Python exception does not die at once: Python first runs its exit
+hooks, and the other ranks may wait in a collective for a long time. So on jobs of more
+than one rank, ``init()`` installs:
+
+- an excepthook: an unhandled exception on the main thread is logged at error level as
+  ``[1]<error> ... mxhorovod: rank 1 (pid 4242 on host) failed with an unhandled
+  ValueError; ending the job (MPI_Abort)``, the usual traceback follows, and then
+  ``MPI_Abort`` ends every rank with a non-zero exit code (what ``python -m mpi4py``
+  does, and what Horovod users expect from mpirun);
+- fatal-signal reports (the core's job_abort.h): SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT,
+  and SIGTERM when the script does not handle it, print the same kind of line before the
+  process dies of the signal. SIGKILL cannot be caught; the launcher's message (pid and
+  "signal 9") is all there is, and ``HOROVOD_LOG_LEVEL=info`` logs each rank's pid at
+  ``init()`` to match it.
+
+A script that wants to handle a failure itself restores ``sys.excepthook`` (for instance to
+``sys.__excepthook__``) after ``init()``; ``sys.exit(n)`` is not an exception here and
+ends only this rank (its exit shuts mxhorovod down, so the peers' pending operations fail
+with an error naming this rank).
+"""
+import os
+import socket
+import sys
+
+from mxhorovod import _core
+from mxhorovod.log import get_logger
+
+__all__ = ["install"]
+
+_state = {"installed": False, "rank": None, "previous": None}
+
+
+def _excepthook(exc_type, exc, tb):
+    previous = _state["previous"] or sys.__excepthook__
+    try:
+        get_logger().error("rank %s (pid %d on %s) failed with an unhandled %s; ending the job "
+                           "(MPI_Abort)", _state["rank"], os.getpid(), socket.gethostname(),
+                           exc_type.__name__)
+    finally:
+        previous(exc_type, exc, tb)
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # a closed or replaced stream must not stop the abort
+                pass
+        _core.abort_job(1)
+
+
+def install(rank, size):
+    """Installs the excepthook and the signal reports for ``rank`` (jobs of 2+ ranks).
+
+    Called by ``init()``; again after a re-init only updates the rank."""
+    if size < 2:
+        return
+    _state["rank"] = rank
+    _core.install_signal_reports(rank)
+    if not _state["installed"]:
+        _state["previous"] = sys.excepthook
+        sys.excepthook = _excepthook
+        _state["installed"] = True

@@ -1,0 +1,39 @@
+"""python -m mxhorovod.timeline summary FILE [--top N] [--png PATH | --no-png]"""
+import argparse
+import os
+import sys
+
+from mxhorovod.timeline.chart import plot_steps
+from mxhorovod.timeline.events import load
+from mxhorovod.timeline.summary import format_summary, summarize
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m mxhorovod.timeline",
+                                     description="Read an mxhorovod (or Horovod) timeline file.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("summary", help="print the phases and tensors that took the most time, "
+                                       "and write a PNG chart of the time per phase per step")
+    p.add_argument("file", help="timeline JSON file (HOROVOD_TIMELINE, hvd.start_timeline)")
+    p.add_argument("--top", type=int, default=10, help="tensors to list (default 10)")
+    p.add_argument("--png", help="chart file (default: FILE with .png instead of .json)")
+    p.add_argument("--no-png", action="store_true", help="do not write the chart")
+    args = parser.parse_args(argv)
+    if args.top < 1:
+        parser.error("--top must be at least 1")
+    try:
+        timeline = load(args.file)
+    except (OSError, ValueError) as e:
+        print("error: %s" % e, file=sys.stderr)
+        return 2
+    summary = summarize(timeline)
+    print(format_summary(summary, top=args.top, path=args.file))
+    if not args.no_png:
+        png = args.png or os.path.splitext(args.file)[0] + ".png"
+        plot_steps(summary, png, title=os.path.basename(args.file))
+        print("\nchart: %s (wall time per phase per step)" % png)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+#include "job_abort.h"
+
+#include <mpi.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "logging.h"
+#include "timeline.h"
+
+namespace mxhorovod {
+namespace {
+
+struct Report {
+  int sig;
+  const char* name;
+  bool only_if_default;  // SIGTERM: a program that handles it decides what happens
+  struct sigaction previous;
+  bool installed;
+  char line[320];        // prepared outside the handler: write(2) is all the handler does
+  size_t len;
+};
+
+Report g_reports[] = {
+    {SIGSEGV, "SIGSEGV", false, {}, false, {0}, 0}, {SIGBUS, "SIGBUS", false, {}, false, {0}, 0},
+    {SIGFPE, "SIGFPE", false, {}, false, {0}, 0},   {SIGILL, "SIGILL", false, {}, false, {0}, 0},
+    {SIGABRT, "SIGABRT", false, {}, false, {0}, 0}, {SIGTERM, "SIGTERM", true, {}, false, {0}, 0},
+};
+
+void OnFatalSignal(int sig, siginfo_t* info, void* context) {
+  for (auto& r : g_reports) {
+    if (r.sig != sig) continue;
+    if (r.len) {
+      ssize_t ignored = ::write(2, r.line, r.len);
+      (void)ignored;
+    }
+    const struct sigaction& prev = r.previous;
+    if (prev.sa_flags & SA_SIGINFO) {
+      if (prev.sa_sigaction) prev.sa_sigaction(sig, info, context);
+      return;
+    }
+    if (prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN) {
+      prev.sa_handler(sig);
+      return;
+    }
+    // Default action: die of this signal once the handler returns (it is blocked until then).
+    signal(sig, SIG_DFL);
+    raise(sig);
+    return;
+  }
+}
+
+void PrepareLines(int rank) {
+  char host[128] = {0};
+  gethostname(host, sizeof(host) - 1);
+  for (auto& r : g_reports) {
+    r.len = 0;
+    if (!LogEnabled(LogLevel::kError)) continue;
+    int n = std::snprintf(r.line, sizeof(r.line),
+                          "[%d]<error> mxhorovod: rank %d (pid %d on %s) got %s; it dies of it "
+                          "and the launcher ends the job\n",
+                          rank, rank, (int)getpid(), host, r.name);
+    r.len = n > 0 ? std::min<size_t>((size_t)n, sizeof(r.line) - 1) : 0;
+  }
+}
+
+}  // namespace
+
+void AbortJob(int code) {
+  Timeline::Get().Stop();
+  int inited = 0, finalized = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&finalized);
+  if (inited && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
+}
+
+void InstallSignalReports(int rank) {
+  // Lines are rebuilt before the handlers are (re)installed; a signal arriving in between
+  // may print the previous rank's line, which is the same process.
+  PrepareLines(rank);
+  for (auto& r : g_reports) {
+    if (r.installed) continue;
+    struct sigaction current;
+    if (sigaction(r.sig, nullptr, &current) != 0) continue;
+    bool is_default = !(current.sa_flags & SA_SIGINFO) && current.sa_handler == SIG_DFL;
+    bool ignored = !(current.sa_flags & SA_SIGINFO) && current.sa_handler == SIG_IGN;
+    if (ignored || (r.only_if_default && !is_default)) continue;
+    struct sigaction mine;
+    std::memset(&mine, 0, sizeof(mine));
+    mine.sa_sigaction = &OnFatalSignal;
+    mine.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&mine.sa_mask);
+    r.previous = current;
+    if (sigaction(r.sig, &mine, nullptr) == 0) r.installed = true;
+  }
+}
+
+}  // namespace mxhorovod

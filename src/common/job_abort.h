@@ -1,0 +1,28 @@
+// Ending the whole job when one rank cannot go on, and naming that rank.
+//
+// MPICH's launcher (hydra) ends the job when any rank dies, but names only its pid. So when
+// a rank is about to die we say which rank it was, on stderr, in the log style
+// ("[1]<error> ... mxhorovod: rank 1 (pid 4242 on host) got SIGSEGV ..."):
+// - an unhandled Python exception: mxhorovod's excepthook (Python side) logs it and calls
+//   AbortJob, as `python -m mpi4py` does;
+// - a fatal signal (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, and SIGTERM when nobody handles
+//   it): InstallSignalReports' handler writes the line, then the previous handler (MXNet's
+//   stack trace, faulthandler) or the default action runs, so the process still dies of it.
+// SIGKILL cannot be caught: the launcher's report (pid, "signal 9") is all there is.
+#ifndef MXHOROVOD_COMMON_JOB_ABORT_H_
+#define MXHOROVOD_COMMON_JOB_ABORT_H_
+
+#include <string>
+
+namespace mxhorovod {
+
+// Closes the timeline file, then MPI_Abort(MPI_COMM_WORLD, code): every rank of the job
+// ends and the launcher exits non-zero. Returns only if MPI is not running.
+void AbortJob(int code);
+// Installs the fatal-signal reports for this rank (once per process; later calls only
+// update the rank). Writes nothing when HOROVOD_LOG_LEVEL is above error.
+void InstallSignalReports(int rank);
+
+}  // namespace mxhorovod
+
+#endif  // MXHOROVOD_COMMON_JOB_ABORT_H_

@@ -1,0 +1,139 @@
+#include "stall_inspector.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+#include "logging.h"
+
+namespace mxhorovod {
+namespace {
+
+using Seconds = std::chrono::duration<double>;
+constexpr size_t kMaxNamesInWarning = 20;
+
+std::string Secs(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f", s);
+  return buf;
+}
+
+}  // namespace
+
+std::string RankList(const std::vector<int>& ranks, size_t max_listed) {
+  std::ostringstream os;
+  for (size_t i = 0; i < ranks.size() && i < max_listed; ++i) os << (i ? ", " : "") << ranks[i];
+  if (ranks.size() > max_listed) os << ", ... (" << ranks.size() << " in all)";
+  return os.str();
+}
+
+StallInspector::StallInspector(const StallSettings& settings, int rank, int size)
+    : settings_(settings), size_(size) {
+  if (settings_.check_s <= 0) settings_.enabled = false;
+  if (settings_.enabled && settings_.shutdown_s > 0 && settings_.shutdown_s < settings_.check_s) {
+    if (rank == 0) {
+      LogWarning("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=" + Secs(settings_.shutdown_s) +
+                 " is less than HOROVOD_STALL_CHECK_TIME_SECONDS=" + Secs(settings_.check_s) +
+                 ", will not shut down (as Horovod)");
+    }
+    settings_.shutdown_s = 0;
+  }
+  check_ = std::chrono::duration_cast<Clock::duration>(Seconds(settings_.check_s));
+  // Looking a few times per check time bounds the lateness of a report to a tenth of it,
+  // and keeps the per-cycle cost at one comparison.
+  double period = std::min(1.0, std::max(0.01, settings_.check_s / 10));
+  period_ = std::chrono::duration_cast<Clock::duration>(Seconds(period));
+  now_ = Clock::now();
+  next_hit_check_ = next_table_check_ = now_ + period_;
+}
+
+std::vector<int> StallInspector::StalledHits(const std::map<int, std::string>& pending_hits) {
+  std::vector<int> stalled;
+  if (!settings_.enabled || now_ < next_hit_check_) return stalled;
+  next_hit_check_ = now_ + period_;
+  for (auto it = hit_since_.begin(); it != hit_since_.end();) {
+    if (!pending_hits.count(it->first)) {  // answered, evicted or resent since
+      it = hit_since_.erase(it);
+      continue;
+    }
+    if (now_ - it->second > check_) {
+      stalled.push_back(it->first);
+      it = hit_since_.erase(it);
+      continue;
+    }
+    ++it;
+  }
+  std::sort(stalled.begin(), stalled.end());
+  return stalled;
+}
+
+std::string StallInspector::Describe(const PendingName& p) const {
+  std::vector<int> missing;
+  for (int r = 0; r < size_; ++r) {
+    if (!std::binary_search(p.ranks.begin(), p.ranks.end(), r)) missing.push_back(r);
+  }
+  return std::string(OpTypeName(p.op_type)) + " '" + p.name + "' waited " +
+         Secs(Seconds(now_ - p.since).count()) + " s: missing ranks " + RankList(missing) +
+         " (submitted by " + std::to_string(p.ranks.size()) + " of " + std::to_string(size_) +
+         " ranks: " + RankList(p.ranks) + ")";
+}
+
+bool StallInspector::CheckCoordinator(const std::vector<PendingName>& pending,
+                                      std::vector<Response>* errors) {
+  next_table_check_ = now_ + period_;
+  std::vector<const PendingName*> stalled;
+  double oldest = 0;
+  for (const auto& p : pending) {
+    double waited = Seconds(now_ - p.since).count();
+    oldest = std::max(oldest, waited);
+    if (waited > settings_.check_s) stalled.push_back(&p);
+  }
+  if (stalled.empty()) {
+    warned_ = false;
+    return false;
+  }
+  if (settings_.shutdown_s > 0 && oldest > settings_.shutdown_s) {
+    std::string why = "; mxhorovod shut down on every rank because a stall lasted more than "
+                      "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=" + Secs(settings_.shutdown_s) + " s";
+    for (const auto& p : pending) {
+      Response r;
+      r.type = Response::kError;
+      r.op_type = p.op_type;
+      r.names = {p.name};
+      r.error = "stalled: " + Describe(p) + why;
+      errors->push_back(std::move(r));
+    }
+    LogError("Stall shutdown: " + std::to_string(pending.size()) + " tensor(s) still waiting "
+             "after HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=" + Secs(settings_.shutdown_s) +
+             " s; failing them and shutting down mxhorovod on every rank (first: " +
+             Describe(pending.front()) + ")");
+    return true;
+  }
+  if (warned_ && now_ - last_warning_ < check_) return false;
+  warned_ = true;
+  last_warning_ = now_;
+  std::string msg = "One or more tensors were submitted by some ranks and not by others for more "
+                    "than HOROVOD_STALL_CHECK_TIME_SECONDS=" + Secs(settings_.check_s) +
+                    " s. Ranks submitting different names, or only some ranks submitting, "
+                    "deadlock until the missing ranks submit them:";
+  for (size_t i = 0; i < stalled.size() && i < kMaxNamesInWarning; ++i) {
+    msg += "\n    " + Describe(*stalled[i]);
+  }
+  if (stalled.size() > kMaxNamesInWarning) {
+    msg += "\n    ... and " + std::to_string(stalled.size() - kMaxNamesInWarning) + " more";
+  }
+  if (settings_.shutdown_s > 0) {
+    msg += "\n  mxhorovod shuts down on every rank when a stall passes "
+           "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=" + Secs(settings_.shutdown_s) + " s.";
+  }
+  LogWarning(msg);
+  return false;
+}
+
+std::string StallInspector::ShutdownReason(const StallSettings& settings) {
+  return "mxhorovod was shut down on every rank because operations stalled for more than "
+         "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=" + Secs(settings.shutdown_s) +
+         " s (rank 0 logged which tensors and ranks)";
+}
+
+}  // namespace mxhorovod

@@ -1,0 +1,272 @@
+#include "timeline.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace mxhorovod {
+namespace {
+
+// The writer wakes at least this often, so a crash loses at most this much of the file.
+constexpr auto kFlushPeriod = std::chrono::milliseconds(200);
+
+}  // namespace
+
+const char* OpSpanName(OpType op) {
+  switch (op) {
+    case OpType::kAllreduce: return "ALLREDUCE";
+    case OpType::kBroadcast: return "BROADCAST";
+    case OpType::kAllgather: return "ALLGATHER";
+    case OpType::kAlltoall: return "ALLTOALL";
+  }
+  return "UNKNOWN";
+}
+
+const char* MPIActivityName(OpType op) {
+  switch (op) {
+    case OpType::kAllreduce: return "MPI_ALLREDUCE";
+    case OpType::kBroadcast: return "MPI_BCAST";
+    case OpType::kAllgather: return "MPI_ALLGATHER";
+    case OpType::kAlltoall: return "MPI_ALLTOALL";
+  }
+  return "MPI";
+}
+
+std::string JsonEscape(const std::string& s) {
+  std::string out;
+  out.reserve(s.size() + 2);
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+          out += buf;
+        } else {
+          out += (char)c;  // UTF-8 passes through (names are valid Unicode, checked in Python)
+        }
+    }
+  }
+  return out;
+}
+
+Timeline& Timeline::Get() {
+  static Timeline* t = new Timeline();  // never destroyed: engine threads may outlive main()
+  return *t;
+}
+
+int64_t Timeline::Now() const {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
+                                                               start_).count();
+}
+
+Status Timeline::Start(const std::string& path, bool mark_cycles) {
+  std::lock_guard<std::mutex> control(control_mu_);
+  if (writer_.joinable()) {
+    return Status::PreconditionError("a timeline is already being recorded to '" + path_ +
+                                     "'; call stop_timeline() first");
+  }
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) {
+    return Status::InvalidArgument("cannot open the timeline file '" + path + "': " +
+                                   std::strerror(errno));
+  }
+  std::fputs("[\n", f);
+  file_ = f;
+  path_ = path;
+  first_event_ = true;
+  last_ts_ = 0;
+  rows_.clear();
+  next_pid_ = 1;
+  mark_cycles_ = mark_cycles;
+  start_ = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    pending_.clear();
+    accepting_ = true;
+    stop_ = false;
+  }
+  if (mark_cycles) {
+    Emit("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"args\":{\"name\":\"cycles\"}}");
+  }
+  writer_ = std::thread(&Timeline::WriterLoop, this);
+  enabled_.store(true);
+  return Status::OK();
+}
+
+void Timeline::Stop() {
+  std::lock_guard<std::mutex> control(control_mu_);
+  if (!writer_.joinable()) return;
+  enabled_.store(false);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    accepting_ = false;  // a hook that saw enabled() just before is dropped here
+    stop_ = true;
+  }
+  cv_.notify_all();
+  writer_.join();
+  // The writer has written everything; close what is still open so the nesting is valid.
+  for (auto& kv : rows_) Close(kv.second, last_ts_, true);
+  std::fputs("\n]\n", file_);
+  std::fclose(file_);
+  file_ = nullptr;
+}
+
+std::string Timeline::path() {
+  std::lock_guard<std::mutex> control(control_mu_);
+  return writer_.joinable() ? path_ : std::string();
+}
+
+void Timeline::Push(std::vector<Event>&& events) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!accepting_) return;
+  if (pending_.empty()) {
+    pending_ = std::move(events);
+  } else {
+    for (auto& e : events) pending_.push_back(std::move(e));
+  }
+}
+
+void Timeline::Record(Kind kind, const std::string& name, const char* label, int rank) {
+  std::vector<Event> one(1);
+  one[0] = Event{Now(), kind, rank, label, name, std::string()};
+  Push(std::move(one));
+}
+
+void Timeline::RecordAll(Kind kind, const std::vector<TensorTableEntry*>& entries,
+                         const char* label) {
+  const int64_t ts = Now();
+  std::vector<Event> events;
+  events.reserve(entries.size());
+  for (const auto* e : entries) {
+    if (e) events.push_back(Event{ts, kind, 0, label, e->request.name, std::string()});
+  }
+  Push(std::move(events));
+}
+
+void Timeline::RecordResponses(const std::vector<Response>& responses) {
+  const int64_t ts = Now();
+  std::vector<Event> events;
+  for (const auto& r : responses) {
+    for (const auto& n : r.names) {
+      events.push_back(Event{ts, kNegotiateEnd, 0, nullptr, n, std::string()});
+      if (r.type == Response::kError) {
+        events.push_back(Event{ts, kError, 0, nullptr, n, r.error});
+      } else {
+        events.push_back(Event{ts, kOpStart, 0, OpSpanName(r.op_type), n, DTypeName(r.dtype)});
+      }
+    }
+  }
+  Push(std::move(events));
+}
+
+void Timeline::WriterLoop() {
+  std::vector<Event> batch;
+  while (true) {
+    bool stopping;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait_for(lk, kFlushPeriod, [&] { return stop_; });
+      batch.swap(pending_);
+      stopping = stop_;
+    }
+    for (const auto& e : batch) Write(e);
+    batch.clear();
+    std::fflush(file_);
+    if (stopping) return;
+  }
+}
+
+void Timeline::Emit(const std::string& json) {
+  if (!first_event_) std::fputs(",\n", file_);
+  first_event_ = false;
+  std::fputs(json.c_str(), file_);
+}
+
+Timeline::Row& Timeline::RowOf(const std::string& name) {
+  auto it = rows_.find(name);
+  if (it != rows_.end()) return it->second;
+  Row& row = rows_[name];
+  row.pid = next_pid_++;
+  const std::string pid = std::to_string(row.pid);
+  Emit("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" + pid + ",\"args\":{\"name\":\"" +
+       JsonEscape(name) + "\"}}");
+  Emit("{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":" + pid +
+       ",\"args\":{\"sort_index\":" + pid + "}}");
+  return row;
+}
+
+void Timeline::Close(Row& row, int64_t ts, bool negotiation_too) {
+  const std::string end = "{\"ph\":\"E\",\"ts\":" + std::to_string(ts) +
+                          ",\"pid\":" + std::to_string(row.pid) + ",\"tid\":0}";
+  for (; row.activities > 0; --row.activities) Emit(end);
+  if (row.op_open) Emit(end);
+  row.op_open = false;
+  if (negotiation_too && row.negotiating) Emit(end);
+  if (negotiation_too) row.negotiating = false;
+}
+
+void Timeline::Write(const Event& e) {
+  last_ts_ = std::max(last_ts_, e.ts_us);
+  const std::string ts = std::to_string(e.ts_us);
+  if (e.kind == kCycle) {
+    Emit("{\"name\":\"CYCLE_START\",\"ph\":\"i\",\"s\":\"g\",\"ts\":" + ts + ",\"pid\":0,\"tid\":0}");
+    return;
+  }
+  Row& row = RowOf(e.name);
+  const std::string where = ",\"ts\":" + ts + ",\"pid\":" + std::to_string(row.pid) + ",\"tid\":0";
+  auto begin = [&](const std::string& span, const std::string& args) {
+    Emit("{\"name\":\"" + span + "\",\"ph\":\"B\"" + where + (args.empty() ? "" : ",\"args\":" + args) + "}");
+  };
+  const std::string end = "{\"ph\":\"E\"" + where + "}";
+  switch (e.kind) {
+    case kReady:
+    case kCached:
+      if (!row.negotiating) {
+        Close(row, e.ts_us, false);  // an operation whose end was not recorded
+        begin(std::string("NEGOTIATE_") + e.label,
+              e.kind == kCached ? "{\"via\":\"response cache\"}" : "");
+        row.negotiating = true;
+      }
+      Emit("{\"name\":\"" + std::to_string(e.rank) + "\",\"ph\":\"i\",\"s\":\"t\"" + where +
+           ",\"args\":{\"rank\":" + std::to_string(e.rank) + "}}");
+      break;
+    case kNegotiateEnd:
+      if (row.negotiating) Emit(end);
+      row.negotiating = false;
+      break;
+    case kError:
+      Emit("{\"name\":\"ERROR\",\"ph\":\"i\",\"s\":\"t\"" + where + ",\"args\":{\"error\":\"" +
+           JsonEscape(e.text) + "\"}}");
+      break;
+    case kOpStart:
+      Close(row, e.ts_us, true);
+      begin(e.label, "{\"dtype\":\"" + e.text + "\"}");
+      begin(kActivityQueue, "");
+      row.op_open = true;
+      row.activities = 1;
+      break;
+    case kActivityStart:
+      if (!row.op_open) break;  // recording started in the middle of this operation
+      begin(e.label, "");
+      ++row.activities;
+      break;
+    case kActivityEnd:
+      if (row.activities == 0) break;
+      Emit(end);
+      --row.activities;
+      break;
+    case kOpEnd:
+      Close(row, e.ts_us, false);
+      break;
+    case kCycle:
+      break;
+  }
+}
+
+}  // namespace mxhorovod
