@@ -127,11 +127,25 @@ void FailEntries(std::vector<TensorTableEntry>&& entries, const std::string& why
   }
 }
 
+// Why the loop stops after a cycle whose result says shutdown ("" when this rank asked).
+std::string StopReasonOf(const CycleResult& result, const Config& cfg) {
+  if (S().shutdown_requested.load()) return "";
+  if (result.stall_shutdown) return StallInspector::ShutdownReason(cfg.stall);
+  return PeerShutdownReason(result.shutdown_ranks);
+}
+
 void RunCycle(Controller& controller, Executor& executor, const Config& cfg, CycleResult* result,
               Status* fatal) {
   State& st = S();
   *fatal = controller.ComputeResponses(st.shutdown_requested.load(), result);
   if (!fatal->ok()) return;
+  if (result->shutdown) {
+    // Stopped before this cycle's callbacks run: a caller woken by one of its errors (a
+    // stall shutdown's) already finds mxhorovod stopped, and new calls are refused.
+    std::lock_guard<std::mutex> lk(st.mu);
+    st.running = false;
+    st.stop_reason = StopReasonOf(*result, cfg);
+  }
   Timeline& timeline = Timeline::Get();                          // [timeline]
   if (!result->responses.empty()) timeline.MarkCycle();          // [timeline]
   timeline.Responses(result->responses);                         // [timeline]
@@ -223,9 +237,7 @@ void BackgroundLoop(int64_t comm_f2c, std::vector<int> ranks, Config cfg) {
       RunCycle(controller, executor, cfg, &result, &fatal);
       if (!fatal.ok()) { reason = fatal.reason(); break; }
       if (result.shutdown) {
-        reason = st.shutdown_requested.load() ? ""
-                 : result.stall_shutdown     ? StallInspector::ShutdownReason(cfg.stall)
-                                             : PeerShutdownReason(result.shutdown_ranks);
+        reason = StopReasonOf(result, cfg);
         break;
       }
       std::this_thread::sleep_until(start + cycle);

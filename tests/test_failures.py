@@ -1,0 +1,45 @@
+"""Failures end cleanly. A peer's shutdown (or exit) while others wait: their operations fail
+naming the pending tensors and the rank that shut down, and every process ends normally. A
+rank that dies (exception, SIGTERM, SIGKILL) mid-training ends the whole job at once with a
+non-zero exit code, and the output names it."""
+import re
+
+import pytest
+
+from mpirun import run_ranks
+
+
+@pytest.mark.parametrize("np_,mode", [(3, "shutdown"), (2, "exit")])
+def test_peer_shutdown_while_others_wait(np_, mode):
+    # Rank 1 stops; the worker asserts the others' error texts (names, 'rank 1 shut down').
+    run_ranks(np_, "ops_peer_shutdown.py", [mode], timeout=240)
+
+
+def _died(mode, np_=3, victim=1):
+    # The survivors would train for 600 s: ending before run_ranks' timeout is the check.
+    proc = run_ranks(np_, "ops_failure.py", [mode, victim], timeout=120, expect_ok=False)
+    out = proc.stdout
+    assert proc.returncode != 0, out
+    assert "RANK" not in out.replace("WORKER", ""), out  # nobody finished training
+    assert "WORKER %d DIES" % victim in out, out
+    pid = int(re.search(r"WORKER %d PID (\d+)" % victim, out).group(1))
+    return out, pid
+
+
+def test_unhandled_exception_aborts_the_job_naming_the_rank():
+    out, pid = _died("exception")
+    assert re.search(r"^\[1\]<error> .* mxhorovod: rank 1 \(pid %d on \S+\) failed with an "
+                     r"unhandled RuntimeError; ending the job \(MPI_Abort\)$" % pid, out, re.M), out
+    assert "RuntimeError: boom on rank 1" in out  # the traceback follows
+
+
+def test_sigterm_names_the_rank():
+    out, pid = _died("sigterm")
+    assert "[1]<error> mxhorovod: rank 1 (pid %d on " % pid in out and "got SIGTERM" in out, out
+
+
+def test_sigkill_ends_the_job():
+    # SIGKILL cannot be caught: the launcher names the dead process by its pid, which the
+    # rank's pid (logged at init with HOROVOD_LOG_LEVEL=info) identifies.
+    out, pid = _died("sigkill")
+    assert "PID %d RUNNING AT" % pid in out and "signal 9" in out, out

@@ -1,0 +1,59 @@
+"""Stall inspector on 2 ranks: rank 0's repeated warning names the tensor and the missing
+rank (new names and names agreed through the response cache); past the stall shutdown time
+every rank's pending operations fail naming them, and the processes end normally."""
+import re
+
+from mpirun import run_ranks
+
+LINE = re.compile(r"^\[(\d+)\]<(\w+)> \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} mxhorovod: (.*)$")
+
+
+def log_lines(out):
+    return [m.groups() for m in map(LINE.match, out.splitlines()) if m]
+
+
+def test_stall_warning_names_tensor_and_missing_rank_and_repeats():
+    out = run_ranks(2, "ops_stall.py", ["warn"], timeout=240,
+                    env={"HOROVOD_STALL_CHECK_TIME_SECONDS": "1"}).stdout
+    lines = log_lines(out)
+    assert lines and all(rank == "0" and level == "warning" for rank, level, _ in lines), out
+    warnings = out.split("One or more tensors were submitted by some ranks")
+    uncached = [w for w in warnings if "allreduce 'stall.uncached' waited" in w]
+    cached = [w for w in warnings if "allreduce 'stall.cached' waited" in w]
+    # Rank 1 was 3.5 s late, then 4.5 s: the warning is repeated while the stall lasts.
+    assert len(uncached) >= 2 and len(cached) >= 2, out
+    for w in uncached + cached:
+        assert "missing ranks 1 (submitted by 1 of 2 ranks: 0)" in w, w
+    assert "HOROVOD_STALL_CHECK_TIME_SECONDS=1.0 s" in out
+    # Nothing more once the late rank has submitted (no warning after its completion line).
+    assert "stall.uncached" not in out.split("RANK 0 uncached done")[1].split("stall.cached")[0]
+
+
+def test_no_stall_warning_below_the_check_time():
+    # The same 3.5 s and 4.5 s delays with the default check time (60 s): silent.
+    out = run_ranks(2, "ops_stall.py", ["warn"], timeout=240).stdout
+    assert "<warning>" not in out, out
+
+
+def test_stall_shutdown_fails_pending_operations_on_every_rank():
+    # HOROVOD_LOG_LEVEL=error: the warning is filtered out (C++ honours the level), the
+    # shutdown's error line is not. The worker checks each rank's errors and that calls are
+    # refused afterwards; run_ranks checks that both processes end with exit code 0.
+    out = run_ranks(2, "ops_stall.py", ["shutdown"], timeout=240,
+                    env={"HOROVOD_STALL_CHECK_TIME_SECONDS": "1",
+                         "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "2",
+                         "HOROVOD_LOG_LEVEL": "error"}).stdout
+    lines = log_lines(out)
+    assert [(r, lvl) for r, lvl, _ in lines] == [("0", "error")], out
+    assert "Stall shutdown: 3 tensor(s) still waiting" in lines[0][2], lines
+
+
+def test_shutdown_time_below_check_time_is_ignored_with_a_warning():
+    # As in Horovod: no shutdown, a warning at start (rank 0 only); the late rank then
+    # completes normally.
+    out = run_ranks(2, "ops_stall.py", ["warn"], timeout=240,
+                    env={"HOROVOD_STALL_CHECK_TIME_SECONDS": "30",
+                         "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "1"}).stdout
+    lines = log_lines(out)
+    assert len(lines) == 1 and lines[0][:2] == ("0", "warning"), out
+    assert "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=1.0 is less than HOROVOD_STALL_CHECK_TIME_SECONDS=30.0" in out

@@ -1,0 +1,39 @@
+"""One rank dies mid-training (argv[1]: 'exception', 'sigterm' or 'sigkill' on rank
+argv[2]); the others keep training and would wait forever in the next allreduce. The test
+checks that the job ends at once with a non-zero exit code and names the dead rank. No rank
+may print RANK <r> OK."""
+import os
+import signal
+import sys
+import time
+
+import mxnet as mx
+from mxnet import autograd, gluon
+
+import mxhorovod as hvd
+
+mode, victim = sys.argv[1], int(sys.argv[2])
+hvd.init()
+r = hvd.rank()
+print("WORKER %d PID %d" % (r, os.getpid()), flush=True)
+
+net = gluon.nn.Dense(4, in_units=8)
+net.initialize(mx.init.Constant(0.1))
+trainer = hvd.DistributedTrainer(net.collect_params(), "sgd", {"learning_rate": 0.01})
+x = mx.nd.ones((16, 8)) * (r + 1)
+t0 = time.time()
+step = 0
+while time.time() - t0 < 600:  # bounded, far beyond the test's timeout
+    with autograd.record():
+        loss = net(x).sum()
+    loss.backward()
+    trainer.step(16)
+    mx.nd.waitall()
+    step += 1
+    if r == victim and step == 5:
+        print("WORKER %d DIES (%s) at step %d" % (r, mode, step), flush=True)
+        if mode == "exception":
+            raise RuntimeError("boom on rank %d" % r)
+        os.kill(os.getpid(), signal.SIGTERM if mode == "sigterm" else signal.SIGKILL)
+        time.sleep(30)
+print("RANK %d OK" % r, flush=True)  # never reached: the job must end first
