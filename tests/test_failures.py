@@ -1,7 +1,7 @@
 """Failures end cleanly. A peer's shutdown (or exit) while others wait: their operations fail
 naming the pending tensors and the rank that shut down, and every process ends normally. A
 rank that dies (exception, SIGTERM, SIGKILL) mid-training ends the whole job at once with a
-non-zero exit code, and the output names it."""
+non-zero exit code, and the output names it (SIGKILL: the launcher names its pid)."""
 import re
 
 import pytest
@@ -36,6 +36,13 @@ def test_unhandled_exception_aborts_the_job_naming_the_rank():
 def test_sigterm_names_the_rank():
     out, pid = _died("sigterm")
     assert "[1]<error> mxhorovod: rank 1 (pid %d on " % pid in out and "got SIGTERM" in out, out
+
+
+def test_segfault_names_the_rank_and_keeps_mxnets_report():
+    # Our line first, then the previous handler (MXNet's "Segmentation fault" report) runs.
+    out, pid = _died("segfault", np_=2)
+    assert "[1]<error> mxhorovod: rank 1 (pid %d on " % pid in out and "got SIGSEGV" in out, out
+    assert "Segmentation fault" in out, out
 
 
 def test_sigkill_ends_the_job():

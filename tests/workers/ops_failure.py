@@ -1,7 +1,8 @@
-"""One rank dies mid-training (argv[1]: 'exception', 'sigterm' or 'sigkill' on rank
-argv[2]); the others keep training and would wait forever in the next allreduce. The test
+"""One rank dies mid-training (argv[1]: 'exception', 'sigterm', 'sigkill' or 'segfault' on
+rank argv[2]); the others keep training and would wait forever in the next allreduce. The test
 checks that the job ends at once with a non-zero exit code and names the dead rank. No rank
 may print RANK <r> OK."""
+import ctypes
 import os
 import signal
 import sys
@@ -34,6 +35,8 @@ while time.time() - t0 < 600:  # bounded, far beyond the test's timeout
         print("WORKER %d DIES (%s) at step %d" % (r, mode, step), flush=True)
         if mode == "exception":
             raise RuntimeError("boom on rank %d" % r)
+        if mode == "segfault":
+            ctypes.string_at(0)  # reads address 0: SIGSEGV (MXNet has its own handler too)
         os.kill(os.getpid(), signal.SIGTERM if mode == "sigterm" else signal.SIGKILL)
         time.sleep(30)
 print("RANK %d OK" % r, flush=True)  # never reached: the job must end first
