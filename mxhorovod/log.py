@@ -109,7 +109,7 @@ def configure(strict=False):
         if strict:
             raise
         level = logging.WARNING
-    hide = os.environ.get("HOROVOD_LOG_HIDE_TIME", "") not in ("", "0")
+    hide = os.environ.get("HOROVOD_LOG_HIDE_TIME", "").strip().lower() in ("1", "true", "yes", "on")
     _handler.setFormatter(_formatter(hide))
     if first:
         logger.addHandler(_handler)

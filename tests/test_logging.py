@@ -73,7 +73,7 @@ def test_bad_settings_are_refused_at_init():
     code = ("import mxhorovod as hvd\n"
             "try:\n    hvd.init()\nexcept ValueError as e:\n    print('REFUSED', e)\n")
     for var, value in (("HOROVOD_LOG_LEVEL", "verbose"), ("HOROVOD_TIMELINE_MARK_CYCLES", "maybe"),
-                       ("HOROVOD_STALL_CHECK_TIME_SECONDS", "-1"),
+                       ("HOROVOD_STALL_CHECK_TIME_SECONDS", "-1"), ("HOROVOD_LOG_HIDE_TIME", "2"),
                        ("HOROVOD_STALL_CHECK_DISABLE", "sure")):
         proc = run(code, **{var: value})
         assert proc.returncode == 0, proc.stderr

@@ -1,4 +1,4 @@
-"""Reading mxhorovod (and Horovod) timeline files.
+"""Reading mxhorovod timeline files.
 
 Record one with ``HOROVOD_TIMELINE=path`` or :func:`mxhorovod.start_timeline`; summarize
 it with::

@@ -10,7 +10,7 @@ from mxhorovod.timeline.summary import format_summary, summarize
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m mxhorovod.timeline",
-                                     description="Read an mxhorovod (or Horovod) timeline file.")
+                                     description="Read an mxhorovod timeline file.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("summary", help="print the phases and tensors that took the most time, "
                                        "and write a PNG chart of the time per phase per step")

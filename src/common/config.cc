@@ -40,6 +40,7 @@ Config Config::FromEnv() {
   c.stall.shutdown_s = EnvNumber("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", c.stall.shutdown_s);
   c.stall.enabled = !EnvFlag("HOROVOD_STALL_CHECK_DISABLE", false) && c.stall.check_s > 0;
   c.log = LogSettingsFromEnv();
+  c.log.hide_time = EnvFlag("HOROVOD_LOG_HIDE_TIME", false);
   if (c.cycle_time_ms > 60000) {
     throw std::invalid_argument("HOROVOD_CYCLE_TIME=" + std::to_string(c.cycle_time_ms) +
                                 " ms is more than a minute between cycles");

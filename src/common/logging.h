@@ -22,7 +22,8 @@ struct LogSettings {
   LogLevel level = LogLevel::kWarning;
   bool hide_time = false;
 };
-// Reads HOROVOD_LOG_LEVEL and HOROVOD_LOG_HIDE_TIME; throws std::invalid_argument.
+// Reads HOROVOD_LOG_LEVEL and HOROVOD_LOG_HIDE_TIME (set: not "" nor "0"; Config::FromEnv
+// parses it strictly); throws std::invalid_argument for a bad level.
 LogSettings LogSettingsFromEnv();
 // Installs the settings and this process's rank in the job (-1: not known yet, shown "?").
 void ConfigureLogging(const LogSettings& settings, int rank);
