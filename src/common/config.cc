@@ -1,5 +1,6 @@
 #include "config.h"
 
+#include <cctype>
 #include <stdexcept>
 
 namespace mxhorovod {
@@ -15,12 +16,25 @@ double EnvNumber(const char* name, double fallback) {
   return d;
 }
 
+bool EnvBool(const char* name, bool fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  std::string s(v);
+  for (auto& c : s) c = (char)std::tolower((unsigned char)c);
+  if (s == "1" || s == "true" || s == "yes" || s == "on") return true;
+  if (s == "0" || s == "false" || s == "no" || s == "off") return false;
+  throw std::invalid_argument(std::string(name) + "='" + v + "' is not a boolean (1 or 0)");
+}
+
 Config Config::FromEnv() {
   Config c;
   c.cycle_time_ms = EnvNumber("HOROVOD_CYCLE_TIME", c.cycle_time_ms);
   c.fusion_threshold = (int64_t)EnvNumber("HOROVOD_FUSION_THRESHOLD", (double)c.fusion_threshold);
   c.cache_capacity = (int64_t)EnvNumber("HOROVOD_CACHE_CAPACITY", (double)c.cache_capacity);
   c.slice_bytes = (int64_t)EnvNumber("MXHOROVOD_SLICE_BYTES", (double)c.slice_bytes);
+  c.zero_copy_bytes = (int64_t)EnvNumber("MXHOROVOD_ZERO_COPY_BYTES", (double)c.zero_copy_bytes);
+  c.autotune = EnvBool("HOROVOD_AUTOTUNE", false);
+  c.dynamic_process_sets = EnvBool("HOROVOD_DYNAMIC_PROCESS_SETS", false);
   if (c.slice_bytes < 1024) c.slice_bytes = 1024;
   if (c.cycle_time_ms > 60000) {
     throw std::invalid_argument("HOROVOD_CYCLE_TIME=" + std::to_string(c.cycle_time_ms) +

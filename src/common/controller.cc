@@ -32,7 +32,7 @@ Status Controller::ComputeResponses(bool shutdown_requested, CycleResult* out) {
   for (auto& r : fresh) {
     r.rank = rank_;
     int bit = -1;
-    if (!r.local_error.empty()) {  // never answered from the cache: the peers must hear it
+    if (!r.local_error.empty() || IsControl(r.op_type)) {  // never answered from the cache
       to_send.push_back(r);
       continue;
     }
@@ -93,7 +93,7 @@ Status Controller::ComputeResponses(bool shutdown_requested, CycleResult* out) {
   s = Coordinate(to_send, &negotiated);
   if (!s.ok()) return s;
   for (auto& resp : negotiated) {
-    if (resp.type == Response::kOk && cache_.capacity()) {
+    if (resp.type == Response::kOk && cache_.capacity() && !IsControl(resp.op_type)) {
       TensorTableEntry* e = queue_->Find(resp.names[0]);
       if (e) {
         Request mine = e->request;
