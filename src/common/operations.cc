@@ -335,6 +335,9 @@ void BackgroundLoop(StartArgs args) {
   if (tuner) apply(tuner->params());
   std::string reason;
   bool stop = false;
+  int idle_cycles = 0;
+  constexpr int kIdleCycles = 100;
+  const std::chrono::duration<double, std::milli> kIdleWait(20.0);
   while (!stop) {
     auto start = std::chrono::steady_clock::now();
     // The global set first (it carries shutdown and the add/remove of sets), then the
@@ -360,9 +363,19 @@ void BackgroundLoop(StartArgs args) {
     }
     if (!stop) {
       // Sleep out the cycle unless new work (or shutdown) arrives: a rank with work
-      // starts negotiating at once, and its peers join as soon as theirs arrives.
+      // starts negotiating at once, and its peers join as soon as theirs arrives. After
+      // kIdleCycles cycles with nothing anywhere, sleep longer (an idle rank burns no
+      // CPU): a peer that gets work waits for us only if we have none of that work
+      // ourselves, which in data-parallel training means it must wait anyway. Not with
+      // process sets: their members would wait for an idle non-member's global cycle.
+      bool idle = result.responses.empty();
+      auto sets = st.sets.All();
+      for (auto& set : sets) idle = idle && set->queue.Empty();
+      idle_cycles = idle && sets.size() == 1 ? idle_cycles + 1 : 0;
+      auto wait = idle_cycles > kIdleCycles ? std::max<std::chrono::duration<double, std::milli>>(cycle, kIdleWait)
+                                            : cycle;
       std::unique_lock<std::mutex> lk(st.wake_mu);
-      st.wake_cv.wait_until(lk, start + cycle, [&] { return st.wake; });
+      st.wake_cv.wait_until(lk, start + wait, [&] { return st.wake; });
       st.wake = false;
     }
   }
