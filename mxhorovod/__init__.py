@@ -11,14 +11,17 @@ from mxhorovod.basics import (ccl_built, cross_rank, cross_size, cuda_built, ddl
                               mpi_threads_supported, nccl_built, rank, rocm_built, shutdown, size,
                               start_timeline, stop_timeline)
 from mxhorovod.mpi_ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allreduce,
-                               allreduce_, alltoall, broadcast, broadcast_, grouped_allreduce,
-                               grouped_allreduce_)
+                               allreduce_, alltoall, broadcast, broadcast_, grouped_allgather,
+                               grouped_allreduce, grouped_allreduce_, grouped_reducescatter,
+                               reducescatter)
+from mxhorovod.process_sets import (ProcessSet, add_process_set, global_process_set,
+                                    remove_process_set)
 
 __version__ = "0.1.0"
 
 # --- training API (optimizer, trainer, functions, compression) ---
 from mxhorovod.compression import Compression
 from mxhorovod.functions import allgather_object, broadcast_object, broadcast_parameters
-from mxhorovod.optimizer import DistributedOptimizer
+from mxhorovod.optimizer import DistributedOptimizer, split_list
 from mxhorovod.trainer import DistributedTrainer
 # --- end of training API ---

@@ -19,7 +19,7 @@ __all__ = [
 _atexit_registered = False
 
 
-def init(comm=None):
+def init(comm=None, process_sets=None):
     """Start mxhorovod on this process: MPI (unless already started), and the background
     thread that negotiates and runs every collective.
 
@@ -28,6 +28,11 @@ def init(comm=None):
             a list of ranks of MPI_COMM_WORLD (only those ranks call ``init``). The library
             always works on its own duplicate, so the caller may keep using ``comm`` (and
             mpi4py in general) beside it.
+        process_sets: a list of :class:`mxhorovod.ProcessSet` (or rank lists) to register
+            now, ids 1, 2, ... in this order (every rank must pass the same list; each set
+            gets its ``process_set_id``; a set with every rank is the global set, id 0); or the string ``"dynamic"`` to allow
+            ``add_process_set`` / ``remove_process_set`` later (as
+            HOROVOD_DYNAMIC_PROCESS_SETS=1 does).
 
     Calling ``init`` again while running does nothing; ``init`` after ``shutdown`` starts
     anew. MPI is finalized at exit, and only if mxhorovod initialized it.
@@ -39,9 +44,12 @@ def init(comm=None):
     (:func:`start_timeline`).
 
     Raises:
-        ValueError: a bad ``comm``, this rank not in the list, or a bad HOROVOD_* variable.
+        ValueError: a bad ``comm``, this rank not in the list, a bad HOROVOD_* variable, or
+            process sets that are invalid or differ between ranks.
     """
+    from mxhorovod import process_sets as _ps
     global _atexit_registered
+    static, dynamic = _ps._static(process_sets)
     comm_f2c, ranks = _core.WORLD_COMM, []
     if comm is None:
         pass
@@ -57,7 +65,8 @@ def init(comm=None):
         raise ValueError("init(comm=...) takes None, a list of ranks or an mpi4py communicator, "
                          "not %s" % type(comm).__name__)
     logger = log.configure()
-    _core.init(comm_f2c, ranks)
+    _core.init(comm_f2c, ranks, [p.ranks for p in static], dynamic)
+    _ps._registered(static)
     rank_, size_, local_rank_, local_size_ = _core.topology()[:4]
     log.set_rank(rank_)
     failures.install(rank_, size_)

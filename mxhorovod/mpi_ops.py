@@ -1,5 +1,9 @@
-"""Collectives on MXNet NDArrays: allreduce, grouped allreduce, broadcast, allgather,
-alltoall, each pushed into MXNet's dependency engine.
+"""Collectives on MXNet NDArrays: allreduce, broadcast, allgather, alltoall, reducescatter
+and the grouped forms, each pushed into MXNet's dependency engine.
+
+Every collective takes ``process_set`` (default: every rank, ``hvd.global_process_set``);
+"rank" and "size" below are then the set's (see :mod:`mxhorovod.process_sets`), and a
+rank outside the set gets ValueError at the call.
 
 Every call returns at once (allgather and alltoall first wait for the peers' sizes, since
 their output shape depends on them): the engine runs the collective after the last write
@@ -26,11 +30,15 @@ import mxnet as mx
 import numpy as np
 
 from mxhorovod import _core
+from mxhorovod.process_sets import _id as _ps_id
+from mxhorovod.process_sets import _size as _ps_size
+from mxhorovod.process_sets import global_process_set
 
 __all__ = [
     "Average", "Sum", "Adasum", "Min", "Max", "Product",
     "allreduce", "allreduce_", "grouped_allreduce", "grouped_allreduce_",
-    "broadcast", "broadcast_", "allgather", "alltoall", "gradient_reduction",
+    "broadcast", "broadcast_", "allgather", "grouped_allgather", "alltoall", "reducescatter",
+    "grouped_reducescatter", "gradient_reduction",
 ]
 
 # Numbering of horovod.common.basics.
@@ -157,7 +165,7 @@ def _empty_like(tensor, shape=None):
 
 
 def allreduce(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
-              postscale_factor=1.0, op=None):
+              postscale_factor=1.0, op=None, process_set=global_process_set):
     """Reduce ``tensor`` over all ranks into a new NDArray.
 
     output = op over ranks r of (prescale_factor * tensor_r), times postscale_factor; for
@@ -169,35 +177,39 @@ def allreduce(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
         name: matches the call across ranks (converted with str()).
         priority: MXNet engine priority; higher runs first.
         op: hvd.Average (default), hvd.Sum, hvd.Min, hvd.Max or hvd.Product.
+        process_set: the ranks that take part (default: all).
     Returns:
         A new NDArray with tensor's shape, dtype and context, ready when read.
     """
     _check_ndarray(tensor, "allreduce")
     op = _resolve_op(op, average, "allreduce")
+    pid = _ps_id(process_set, "allreduce")
     output = _empty_like(tensor)
     _settle_layout(tensor)
     name = _name("allreduce", name)
     _core.allreduce(_handle(tensor), _handle(output), name, op,
                     _factor(prescale_factor, "prescale_factor", name),
-                    _factor(postscale_factor, "postscale_factor", name), _priority(priority, name))
+                    _factor(postscale_factor, "postscale_factor", name), _priority(priority, name),
+                    pid)
     return output
 
 
 def allreduce_(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
-               postscale_factor=1.0, op=None):
+               postscale_factor=1.0, op=None, process_set=global_process_set):
     """In-place :func:`allreduce`: ``tensor`` receives the result; returns ``tensor``."""
     _check_ndarray(tensor, "allreduce_")
     op = _resolve_op(op, average, "allreduce_")
+    pid = _ps_id(process_set, "allreduce_")
     _settle_layout(tensor)
     name = _name("allreduce", name)
     _core.allreduce(_handle(tensor), _handle(tensor), name, op,
                     _factor(prescale_factor, "prescale_factor", name),
-                    _factor(postscale_factor, "postscale_factor", name), _priority(priority, name))
+                    _factor(postscale_factor, "postscale_factor", name), _priority(priority, name),
+                    pid)
     return tensor
 
 
-def _grouped(tensors, outputs, average, name, priority, prescale_factor, postscale_factor, op,
-             what):
+def _check_list(tensors, what):
     if not isinstance(tensors, (list, tuple)) or not tensors:
         raise ValueError("%s expects a non-empty list of NDArrays" % what)
     for t in tensors:
@@ -205,7 +217,13 @@ def _grouped(tensors, outputs, average, name, priority, prescale_factor, postsca
     ids = [id(t) for t in tensors]
     if len(set(ids)) != len(ids):
         raise ValueError("%s: the same NDArray appears twice in the list" % what)
+
+
+def _grouped(tensors, outputs, average, name, priority, prescale_factor, postscale_factor, op,
+             what, process_set):
+    _check_list(tensors, what)
     op = _resolve_op(op, average, what)
+    pid = _ps_id(process_set, what)
     for t in tensors:
         _settle_layout(t)
     base = _name("grouped_allreduce", name)
@@ -213,11 +231,11 @@ def _grouped(tensors, outputs, average, name, priority, prescale_factor, postsca
     _core.grouped_allreduce([_handle(t) for t in tensors], [_handle(o) for o in outputs], names,
                             op, _factor(prescale_factor, "prescale_factor", base),
                             _factor(postscale_factor, "postscale_factor", base),
-                            _priority(priority, base))
+                            _priority(priority, base), pid)
 
 
 def grouped_allreduce(tensors, average=None, name=None, priority=0, prescale_factor=1.0,
-                      postscale_factor=1.0, op=None):
+                      postscale_factor=1.0, op=None, process_set=global_process_set):
     """:func:`allreduce` of a list of NDArrays as one engine operation (they are
     negotiated together and fused). Tensor i is named '<name>.<i>'. Returns new NDArrays.
 
@@ -226,74 +244,99 @@ def grouped_allreduce(tensors, average=None, name=None, priority=0, prescale_fac
     """
     outputs = [_empty_like(t) for t in tensors] if isinstance(tensors, (list, tuple)) else []
     _grouped(tensors, outputs, average, name, priority, prescale_factor, postscale_factor, op,
-             "grouped_allreduce")
+             "grouped_allreduce", process_set)
     return outputs
 
 
 def grouped_allreduce_(tensors, average=None, name=None, priority=0, prescale_factor=1.0,
-                       postscale_factor=1.0, op=None):
+                       postscale_factor=1.0, op=None, process_set=global_process_set):
     """In-place :func:`grouped_allreduce`; returns ``tensors``."""
     _grouped(tensors, tensors, average, name, priority, prescale_factor, postscale_factor, op,
-             "grouped_allreduce_")
+             "grouped_allreduce_", process_set)
     return tensors
 
 
-def broadcast(tensor, root_rank, name=None, priority=0):
+def broadcast(tensor, root_rank, name=None, priority=0, process_set=global_process_set):
     """A new NDArray holding root_rank's ``tensor`` on every rank.
 
     ``tensor`` must have the same shape and dtype on every rank (its values on the other
     ranks are ignored). Waits for the local writes of ``tensor`` first, so a weight that an
     inference-mode forward pass keeps in MKLDNN's layout is read correctly.
 
+    Args:
+        root_rank: the sending rank, numbered within ``process_set``.
     Raises:
-        ValueError: root_rank outside [0, size()).
+        ValueError: root_rank outside [0, size of the set).
     """
     _check_ndarray(tensor, "broadcast")
+    pid = _ps_id(process_set, "broadcast")
     output = _empty_like(tensor)
     _wait_default_layout(tensor)
     name = _name("broadcast", name)
-    _core.broadcast(_handle(tensor), _handle(output), name, int(root_rank), _priority(priority, name))
+    _core.broadcast(_handle(tensor), _handle(output), name, int(root_rank),
+                    _priority(priority, name), pid)
     return output
 
 
-def broadcast_(tensor, root_rank, name=None, priority=0):
+def broadcast_(tensor, root_rank, name=None, priority=0, process_set=global_process_set):
     """In-place :func:`broadcast`: ``tensor`` receives root_rank's values; returns it."""
     _check_ndarray(tensor, "broadcast_")
+    pid = _ps_id(process_set, "broadcast_")
     _wait_default_layout(tensor)
     name = _name("broadcast", name)
-    _core.broadcast(_handle(tensor), _handle(tensor), name, int(root_rank), _priority(priority, name))
+    _core.broadcast(_handle(tensor), _handle(tensor), name, int(root_rank),
+                    _priority(priority, name), pid)
     return tensor
 
 
-def _rows_of_peers(count, name):
-    """Gathers one int64 per rank (a fixed shape, so no size exchange) and waits for it."""
-    mine = mx.nd.array([count], dtype="int64")
-    world = _core.topology()[1]
-    if world < 0:
-        raise ValueError("allgather: Horovod has not been initialized; use hvd.init().")
-    out = mx.nd.empty((world,), dtype="int64")
-    _core.allgather(_handle(mine), _handle(out), name, 0)
+def _rows_of_peers(counts, name, pid, size):
+    """Gathers ``counts`` (a list of ints) from every rank of the set and waits: a fixed
+    shape, so no size exchange is needed. Returns an int64 array of shape (size, len)."""
+    mine = mx.nd.array([counts], dtype="int64")
+    out = mx.nd.empty((size, len(counts)), dtype="int64")
+    _core.grouped_allgather([_handle(mine)], [_handle(out)], [name], 0, pid)
     return out.asnumpy()
 
 
-def allgather(tensor, name=None, priority=0):
+def allgather(tensor, name=None, priority=0, process_set=global_process_set):
     """Concatenate every rank's ``tensor`` along dimension 0, in rank order.
 
     Dimension 0 may differ per rank; the other dimensions and the dtype must agree. Blocks
     until every rank has called it with this name (the output's size depends on the
     peers), then returns a new NDArray of shape (sum of dim 0, *tensor.shape[1:]).
+
+    Raises:
+        ValueError: a 0-d array.
     """
-    _check_ndarray(tensor, "allgather")
-    if tensor.ndim == 0:
-        raise ValueError("allgather: a 0-d array has no dimension 0 to concatenate")
-    name = _name("allgather", name)
-    rows = _rows_of_peers(tensor.shape[0], name + ".rows")
-    output = _empty_like(tensor, (int(rows.sum()),) + tuple(tensor.shape[1:]))
-    _core.allgather(_handle(tensor), _handle(output), name, _priority(priority, name))
-    return output
+    return grouped_allgather([tensor], name=name, priority=priority, process_set=process_set,
+                             _what="allgather")[0]
 
 
-def alltoall(tensor, splits=None, name=None, priority=0):
+def grouped_allgather(tensors, name=None, priority=0, process_set=global_process_set,
+                      _what="grouped_allgather"):
+    """:func:`allgather` of a list of NDArrays as one engine operation (one size exchange
+    for all of them). Tensor i is named '<name>.<i>'. Returns a list of new NDArrays.
+
+    Raises:
+        ValueError: an empty list, the same array twice, or a 0-d array.
+    """
+    _check_list(tensors, _what)
+    for t in tensors:
+        if t.ndim == 0:
+            raise ValueError("%s: a 0-d array has no dimension 0 to concatenate" % _what)
+    pid = _ps_id(process_set, _what)
+    size = _ps_size(process_set, _what)
+    base = _name(_what, name)
+    names = [base] if _what == "allgather" else ["%s.%d" % (base, i) for i in range(len(tensors))]
+    rows = _rows_of_peers([t.shape[0] for t in tensors], base + ".rows", pid, size)
+    outputs = [_empty_like(t, (int(rows[:, i].sum()),) + tuple(t.shape[1:]))
+               for i, t in enumerate(tensors)]
+    _core.grouped_allgather([_handle(t) for t in tensors], [_handle(o) for o in outputs], names,
+                            _priority(priority, base), pid)
+    return outputs
+
+
+def alltoall(tensor, splits=None, name=None, priority=0, process_set=global_process_set):
     """Scatter slices of ``tensor`` to every rank and gather the slices they send.
 
     Rows [sum(splits[:r]), sum(splits[:r+1])) go to rank r. Without ``splits`` dimension 0
@@ -311,9 +354,8 @@ def alltoall(tensor, splits=None, name=None, priority=0):
     _check_ndarray(tensor, "alltoall")
     if tensor.ndim == 0:
         raise ValueError("alltoall: a 0-d array has no dimension 0 to split")
-    world = _core.topology()[1]
-    if world < 0:
-        raise ValueError("alltoall: Horovod has not been initialized; use hvd.init().")
+    pid = _ps_id(process_set, "alltoall")
+    world = _ps_size(process_set, "alltoall")
     name = _name("alltoall", name)
     given = splits is not None
     if not given:
@@ -338,11 +380,72 @@ def alltoall(tensor, splits=None, name=None, priority=0):
     # Each rank sends one number to each peer: how many rows it will send.
     mine = mx.nd.array(send, dtype="int64")
     recv_nd = mx.nd.empty((world,), dtype="int64")
-    _core.alltoall(_handle(mine), _handle(recv_nd), name + ".splits", [1] * world, [1] * world, 0)
+    _core.alltoall(_handle(mine), _handle(recv_nd), name + ".splits", [1] * world, [1] * world, 0,
+                   pid)
     recv = recv_nd.asnumpy()
     output = _empty_like(tensor, (int(recv.sum()),) + tuple(tensor.shape[1:]))
     _core.alltoall(_handle(tensor), _handle(output), name, [int(v) for v in send],
-                   [int(v) for v in recv], _priority(priority, name))
+                   [int(v) for v in recv], _priority(priority, name), pid)
     if given:
         return output, mx.nd.array(recv, dtype="int32")
     return output
+
+
+def _scatter_rows(rows, size, rank):
+    """Horovod's split of dimension 0: even, the lower ranks take one extra row each while
+    the remainder lasts."""
+    return rows // size + (1 if rank < rows % size else 0)
+
+
+def grouped_reducescatter(tensors, op=Average, name=None, priority=0,
+                          process_set=global_process_set, prescale_factor=1.0,
+                          postscale_factor=1.0, _what="grouped_reducescatter"):
+    """:func:`reducescatter` of a list of NDArrays as one engine operation, reduced in one
+    fused MPI call. Tensor i is named '<name>.<i>'. Returns a list of new NDArrays."""
+    single = _what == "reducescatter"
+    _check_list(tensors, _what)
+    if op is None:
+        op = Average
+    if op not in (Average, Sum):
+        raise ValueError("%s: only hvd.Sum and hvd.Average are supported, not %s"
+                         % (_what, _OP_NAMES.get(op, repr(op))))
+    for t in tensors:
+        if t.ndim == 0:
+            raise ValueError("%s: a 0-d array (scalar) has no dimension 0 to scatter" % _what)
+    pid = _ps_id(process_set, _what)
+    size = _ps_size(process_set, _what)
+    my_rank = [e for e in _core.process_sets() if e[0] == pid][0][3]
+    for t in tensors:
+        _settle_layout(t)
+    base = _name("reducescatter", name)
+    names = [base] if single else ["%s.%d" % (base, i) for i in range(len(tensors))]
+    outputs = [_empty_like(t, (_scatter_rows(t.shape[0], size, my_rank),) + tuple(t.shape[1:]))
+               for t in tensors]
+    _core.grouped_reducescatter([_handle(t) for t in tensors], [_handle(o) for o in outputs],
+                                names, op, _factor(prescale_factor, "prescale_factor", base),
+                                _factor(postscale_factor, "postscale_factor", base),
+                                _priority(priority, base), pid)
+    return outputs
+
+
+def reducescatter(tensor, op=Average, name=None, priority=0, process_set=global_process_set,
+                  prescale_factor=1.0, postscale_factor=1.0):
+    """Reduce ``tensor`` over the ranks and give each rank one block of dimension 0.
+
+    Every rank passes the same shape (n, ...). Rank r receives rows
+    [sum_{q<r} rows_q, ... + rows_r) of op over ranks of (prescale_factor * tensor), times
+    postscale_factor (Average: divided by size), where rows_r = n // size + (r < n % size):
+    an even split with the lower ranks taking the remainder (Horovod's rule).
+
+    Args:
+        tensor: NDArray with at least one dimension, same shape and dtype on every rank.
+        op: hvd.Average (default) or hvd.Sum.
+    Returns:
+        A new NDArray of shape (rows_r, *tensor.shape[1:]).
+    Raises:
+        ValueError: a 0-d array, or an op other than Sum and Average.
+    """
+    _check_ndarray(tensor, "reducescatter")
+    return grouped_reducescatter([tensor], op=op, name=name, priority=priority,
+                                 process_set=process_set, prescale_factor=prescale_factor,
+                                 postscale_factor=postscale_factor, _what="reducescatter")[0]

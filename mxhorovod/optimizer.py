@@ -12,6 +12,8 @@ import itertools
 import mxnet as mx
 
 from mxhorovod import Average, allreduce_, grouped_allreduce_, size
+from mxhorovod.process_sets import _size as _ps_size
+from mxhorovod.process_sets import global_process_set
 from mxhorovod.mpi_ops import gradient_reduction
 
 __all__ = ["DistributedOptimizer", "split_list"]
@@ -43,6 +45,8 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
             where the division happens, e.g. to avoid float16 overflow).
         num_groups: when > 0, the gradients of one update call are sent in this many
             grouped allreduces instead of one allreduce each.
+        process_set: the ranks whose gradients are averaged (default: all); every rank of
+            the set must train with it.
 
     Every attribute other than the wrapper's own is read from and written to the wrapped
     optimizer: ``learning_rate``, ``lr_scheduler``, ``create_state``, ... and the
@@ -61,9 +65,10 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
     # Names that live on the wrapper itself (set below the class: its own methods plus
     # these instance attributes); all others go to the wrapped optimizer.
     _STATE = ("_optimizer", "_gradient_predivide_factor", "_num_groups", "_prefix",
-              "_device_id")
+              "_device_id", "_process_set")
 
-    def __init__(self, optimizer, gradient_predivide_factor=1.0, num_groups=0):
+    def __init__(self, optimizer, gradient_predivide_factor=1.0, num_groups=0,
+                 process_set=global_process_set):
         # Deliberately no Optimizer.__init__: all optimizer state lives in ``optimizer``.
         if isinstance(optimizer, DistributedOptimizer):
             raise TypeError("optimizer is already a DistributedOptimizer")
@@ -78,6 +83,7 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
         object.__setattr__(self, "_num_groups", int(num_groups))
         object.__setattr__(self, "_prefix", "DistributedOptimizer.%d." % next(_INSTANCES))
         object.__setattr__(self, "_device_id", 0)
+        object.__setattr__(self, "_process_set", process_set)
 
     # -- forwarding ---------------------------------------------------------------------
     def __getattribute__(self, name):
@@ -105,8 +111,11 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
         return state
 
     def __setstate__(self, state):
+        object.__setattr__(self, "_process_set", global_process_set)  # older pickles
         for k, v in state.items():
             object.__setattr__(self, k, v)
+        if isinstance(self._process_set, type(global_process_set)):
+            object.__setattr__(self, "_process_set", global_process_set)
 
     def __repr__(self):
         return "DistributedOptimizer(%r)" % (self._optimizer,)
@@ -125,11 +134,12 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
         return name
 
     def _do_allreduce(self, index, grad):
-        n = size()
+        ps = self._process_set
+        n = size() if ps is global_process_set else _ps_size(ps, "DistributedOptimizer")
         if n == 1:
             return
         f = self._gradient_predivide_factor
-        kwargs = dict(op=Average, prescale_factor=1.0 / f, postscale_factor=f)
+        kwargs = dict(op=Average, prescale_factor=1.0 / f, postscale_factor=f, process_set=ps)
         if not isinstance(index, (tuple, list)):
             allreduce_(grad, name=self._name(index), **kwargs)
             return

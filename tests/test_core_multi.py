@@ -39,3 +39,17 @@ def test_mkldnn_layout_weights(np_):
 
 def test_init_on_subcommunicators_beside_mpi4py():
     run_ranks(4, "core_comm.py", timeout=180)
+
+
+@pytest.mark.parametrize("np_", [2, 3, 4])
+def test_process_sets_reducescatter_grouped_allgather(np_):
+    run_ranks(np_, "core_process_sets.py", timeout=240,
+              env={"HOROVOD_DYNAMIC_PROCESS_SETS": "1"})
+
+
+def test_autotune_tries_every_candidate_and_keeps_results_right(tmp_path):
+    log = tmp_path / "autotune.csv"
+    run_ranks(2, "core_autotune.py", [str(log)], timeout=240,
+              env={"HOROVOD_AUTOTUNE": "1", "HOROVOD_AUTOTUNE_LOG": str(log),
+                   "HOROVOD_AUTOTUNE_WARMUP_SAMPLES": "0",
+                   "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE": "2"})

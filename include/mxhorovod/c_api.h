@@ -34,13 +34,20 @@ enum MXHorovodReduceOp {
 /*! \brief The message of the last failed call on this thread. */
 const char* MXHorovodGetLastError(void);
 
+/*
+ * Every collective takes process_set_id: 0 for the global set (every rank), or the id of a
+ * set registered with hvd.add_process_set / init(process_sets=...). The collective is
+ * negotiated and run among that set's ranks only; "rank" and "size" below are the set's,
+ * and a rank outside the set gets an error at the call.
+ */
+
 /*!
  * \brief output = op over ranks of (prescale * input), then * postscale (Average: / size).
  * input and output: same shape and dtype on every rank.
  */
 int MXWaitforHorovodAllreduce(MXHNDArrayHandle input, MXHNDArrayHandle output, const char* name,
                               int reduce_op, double prescale_factor, double postscale_factor,
-                              int priority);
+                              int priority, int process_set_id);
 
 /*!
  * \brief num tensors in one engine operation; names[i] names inputs[i]. Arrays must be
@@ -48,18 +55,42 @@ int MXWaitforHorovodAllreduce(MXHNDArrayHandle input, MXHNDArrayHandle output, c
  */
 int MXWaitforHorovodGroupedAllreduce(MXHNDArrayHandle* inputs, MXHNDArrayHandle* outputs, int num,
                                      const char** names, int reduce_op, double prescale_factor,
-                                     double postscale_factor, int priority);
+                                     double postscale_factor, int priority, int process_set_id);
 
-/*! \brief output on every rank = input of root_rank. Same shape and dtype on every rank. */
+/*!
+ * \brief Rank r's output = rows [first_r, first_r + rows_r) of op over ranks of
+ * (prescale * input), then * postscale (Average: / size), where dimension 0 (n rows) is
+ * split evenly and the lower ranks take one extra row each while n % size lasts:
+ * rows_r = n / size + (r < n % size). Sum and Average only; input has >= 1 dimension and
+ * the same shape on every rank; output has shape (rows_r, *input.shape[1:]); not in place.
+ */
+int MXWaitforHorovodReducescatter(MXHNDArrayHandle input, MXHNDArrayHandle output, const char* name,
+                                  int reduce_op, double prescale_factor, double postscale_factor,
+                                  int priority, int process_set_id);
+
+/*! \brief num reducescatters in one engine operation, reduced in one fused call. */
+int MXWaitforHorovodGroupedReducescatter(MXHNDArrayHandle* inputs, MXHNDArrayHandle* outputs,
+                                         int num, const char** names, int reduce_op,
+                                         double prescale_factor, double postscale_factor,
+                                         int priority, int process_set_id);
+
+/*!
+ * \brief output on every rank = input of root_rank (a rank of the set). Same shape and
+ * dtype on every rank.
+ */
 int MXWaitforHorovodBroadcast(MXHNDArrayHandle input, MXHNDArrayHandle output, const char* name,
-                              int root_rank, int priority);
+                              int root_rank, int priority, int process_set_id);
 
 /*!
  * \brief output = concatenation over ranks (in rank order) of input along dimension 0.
  * Dimension 0 may differ per rank; output must already have the total number of rows.
  */
 int MXWaitforHorovodAllgather(MXHNDArrayHandle input, MXHNDArrayHandle output, const char* name,
-                              int priority);
+                              int priority, int process_set_id);
+
+/*! \brief num allgathers in one engine operation. */
+int MXWaitforHorovodGroupedAllgather(MXHNDArrayHandle* inputs, MXHNDArrayHandle* outputs, int num,
+                                     const char** names, int priority, int process_set_id);
 
 /*!
  * \brief Rows [sum(splits[:r]), sum(splits[:r+1])) of input go to rank r; output receives
@@ -67,7 +98,7 @@ int MXWaitforHorovodAllgather(MXHNDArrayHandle input, MXHNDArrayHandle output, c
  */
 int MXWaitforHorovodAlltoall(MXHNDArrayHandle input, MXHNDArrayHandle output, const char* name,
                              const int64_t* splits, const int64_t* recv_splits, int num_splits,
-                             int priority);
+                             int priority, int process_set_id);
 
 #ifdef __cplusplus
 }

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 
 __all__ = ["Span", "Timeline", "load", "parse"]
 
-OPERATIONS = ("ALLREDUCE", "BROADCAST", "ALLGATHER", "ALLTOALL")
+OPERATIONS = ("ALLREDUCE", "BROADCAST", "ALLGATHER", "ALLTOALL", "REDUCESCATTER", "ADD_PROCESS_SET",
+              "REMOVE_PROCESS_SET")
 
 
 @dataclass

@@ -54,6 +54,9 @@ const char* OpTypeName(OpType t) {
     case OpType::kAllgather: return "allgather";
     case OpType::kBroadcast: return "broadcast";
     case OpType::kAlltoall: return "alltoall";
+    case OpType::kReducescatter: return "reducescatter";
+    case OpType::kProcessSetAdd: return "add_process_set";
+    case OpType::kProcessSetRemove: return "remove_process_set";
   }
   return "unknown";
 }

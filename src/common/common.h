@@ -28,8 +28,14 @@ bool IsFloat(DataType t);
 enum class ReduceOp : int32_t { kAverage = 0, kSum = 1, kAdasum = 2, kMin = 3, kMax = 4, kProduct = 5 };
 const char* ReduceOpName(ReduceOp op);
 
-enum class OpType : int32_t { kAllreduce = 0, kAllgather = 1, kBroadcast = 2, kAlltoall = 3 };
+// kProcessSetAdd/Remove are control operations of the global set: negotiated like a
+// collective so every rank changes its process sets at the same point of the same cycle.
+enum class OpType : int32_t {
+  kAllreduce = 0, kAllgather = 1, kBroadcast = 2, kAlltoall = 3, kReducescatter = 4,
+  kProcessSetAdd = 5, kProcessSetRemove = 6,
+};
 const char* OpTypeName(OpType t);
+inline bool IsControl(OpType t) { return t == OpType::kProcessSetAdd || t == OpType::kProcessSetRemove; }
 
 std::string ShapeString(const std::vector<int64_t>& shape);
 int64_t NumElements(const std::vector<int64_t>& shape);
@@ -46,6 +52,7 @@ struct Request {
   std::string name;
   std::vector<int64_t> shape;
   std::vector<int64_t> splits;  // alltoall: rows sent to each rank
+  int32_t process_set_id = 0;   // routes the entry; negotiated within that set only
   // Set when this rank could not run its part (found when the engine ran the operation):
   // the request still goes to the coordinator, so every rank gets the error, none hangs.
   std::string local_error;

@@ -16,14 +16,14 @@ double EnvNumber(const char* name, double fallback) {
   return d;
 }
 
-bool EnvFlag(const char* name, bool fallback) {
+bool EnvBool(const char* name, bool fallback) {
   const char* v = std::getenv(name);
   if (!v || !*v) return fallback;
-  std::string s;
-  for (const char* p = v; *p; ++p) s += (char)std::tolower((unsigned char)*p);
+  std::string s(v);
+  for (auto& c : s) c = (char)std::tolower((unsigned char)c);
   if (s == "1" || s == "true" || s == "yes" || s == "on") return true;
   if (s == "0" || s == "false" || s == "no" || s == "off") return false;
-  throw std::invalid_argument(std::string(name) + "='" + v + "' is not a flag (1/0, true/false, yes/no, on/off)");
+  throw std::invalid_argument(std::string(name) + "='" + v + "' is not a boolean (1 or 0)");
 }
 
 Config Config::FromEnv() {
@@ -32,15 +32,18 @@ Config Config::FromEnv() {
   c.fusion_threshold = (int64_t)EnvNumber("HOROVOD_FUSION_THRESHOLD", (double)c.fusion_threshold);
   c.cache_capacity = (int64_t)EnvNumber("HOROVOD_CACHE_CAPACITY", (double)c.cache_capacity);
   c.slice_bytes = (int64_t)EnvNumber("MXHOROVOD_SLICE_BYTES", (double)c.slice_bytes);
+  c.zero_copy_bytes = (int64_t)EnvNumber("MXHOROVOD_ZERO_COPY_BYTES", (double)c.zero_copy_bytes);
+  c.autotune = EnvBool("HOROVOD_AUTOTUNE", false);
+  c.dynamic_process_sets = EnvBool("HOROVOD_DYNAMIC_PROCESS_SETS", false);
   if (c.slice_bytes < 1024) c.slice_bytes = 1024;
   const char* timeline = std::getenv("HOROVOD_TIMELINE");
   c.timeline = timeline && std::string(timeline) != "DYNAMIC" ? timeline : "";
-  c.timeline_mark_cycles = EnvFlag("HOROVOD_TIMELINE_MARK_CYCLES", false);
+  c.timeline_mark_cycles = EnvBool("HOROVOD_TIMELINE_MARK_CYCLES", false);
   c.stall.check_s = EnvNumber("HOROVOD_STALL_CHECK_TIME_SECONDS", c.stall.check_s);
   c.stall.shutdown_s = EnvNumber("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", c.stall.shutdown_s);
-  c.stall.enabled = !EnvFlag("HOROVOD_STALL_CHECK_DISABLE", false) && c.stall.check_s > 0;
+  c.stall.enabled = !EnvBool("HOROVOD_STALL_CHECK_DISABLE", false) && c.stall.check_s > 0;
   c.log = LogSettingsFromEnv();
-  c.log.hide_time = EnvFlag("HOROVOD_LOG_HIDE_TIME", false);
+  c.log.hide_time = EnvBool("HOROVOD_LOG_HIDE_TIME", false);
   if (c.cycle_time_ms > 60000) {
     throw std::invalid_argument("HOROVOD_CYCLE_TIME=" + std::to_string(c.cycle_time_ms) +
                                 " ms is more than a minute between cycles");

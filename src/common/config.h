@@ -16,6 +16,9 @@ struct Config {
   int64_t fusion_threshold = 128ll << 20;     // HOROVOD_FUSION_THRESHOLD (bytes)
   int64_t cache_capacity = 1024;              // HOROVOD_CACHE_CAPACITY (entries; 0 = off)
   int64_t slice_bytes = 16ll << 20;           // MXHOROVOD_SLICE_BYTES: bytes per MPI call
+  bool dynamic_process_sets = false;          // HOROVOD_DYNAMIC_PROCESS_SETS
+  bool autotune = false;                      // HOROVOD_AUTOTUNE
+  int64_t zero_copy_bytes = 64ll << 10;       // MXHOROVOD_ZERO_COPY_BYTES: larger goes in place
   std::string timeline;                       // HOROVOD_TIMELINE: file written by rank 0
                                               // ("" or DYNAMIC: only start_timeline())
   bool timeline_mark_cycles = false;          // HOROVOD_TIMELINE_MARK_CYCLES
@@ -27,9 +30,9 @@ struct Config {
 // Value of an environment variable as a number, or `fallback` when unset or empty.
 // Throws std::invalid_argument naming the variable when it is not a number.
 double EnvNumber(const char* name, double fallback);
-// Value of an environment variable as a flag: 1/0, true/false, yes/no, on/off (any case), or
-// `fallback` when unset or empty. Throws std::invalid_argument naming the variable otherwise.
-bool EnvFlag(const char* name, bool fallback);
+// 1/true/yes/on or 0/false/no/off (any case), `fallback` when unset or empty; throws
+// std::invalid_argument naming the variable otherwise.
+bool EnvBool(const char* name, bool fallback);
 
 }  // namespace mxhorovod
 

@@ -39,7 +39,7 @@ Status Controller::ComputeResponses(bool shutdown_requested, CycleResult* out) {
   for (auto& r : fresh) {
     r.rank = rank_;
     int bit = -1;
-    if (!r.local_error.empty()) {  // never answered from the cache: the peers must hear it
+    if (!r.local_error.empty() || IsControl(r.op_type)) {  // never answered from the cache
       to_send.push_back(r);
       continue;
     }
@@ -73,7 +73,8 @@ Status Controller::ComputeResponses(bool shutdown_requested, CycleResult* out) {
   // One AND-allreduce carries OR information as complements: ~(a|b) == ~a & ~b.
   std::vector<uint64_t> vec(1 + 2 * words);
   uint64_t flags = (to_send.empty() ? 0 : kFlagUncached) | (shutdown_requested ? kFlagShutdown : 0) |
-                   (stall_stop ? kFlagUncached | kFlagShutdown | kFlagStallShutdown : 0);
+                   (stall_stop ? kFlagUncached : 0) |
+                   (stall_stop && stall_.stops_job() ? kFlagShutdown | kFlagStallShutdown : 0);
   vec[0] = ~flags;
   for (size_t w = 0; w < words; ++w) {
     vec[1 + w] = ~invalid[w];
@@ -131,7 +132,7 @@ Status Controller::ComputeResponses(bool shutdown_requested, CycleResult* out) {
   s = Coordinate(to_send, &negotiated);
   if (!s.ok()) return s;
   for (auto& resp : negotiated) {
-    if (resp.type == Response::kOk && cache_.capacity()) {
+    if (resp.type == Response::kOk && cache_.capacity() && !IsControl(resp.op_type)) {
       TensorTableEntry* e = queue_->Find(resp.names[0]);
       if (e) {
         Request mine = e->request;

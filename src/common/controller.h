@@ -39,6 +39,10 @@ class Controller {
   Controller(MPI_Comm comm, int rank, int size, size_t cache_capacity, TensorQueue* queue,
              const StallSettings& stall = StallSettings());
   Status ComputeResponses(bool shutdown_requested, CycleResult* out);
+  // A process set other than the global one: stall reports name it (stall_inspector.h).
+  void set_stall_scope(const std::string& scope, const std::vector<int>& job_ranks) {
+    stall_.SetScope(scope, job_ranks);
+  }
   // Coordinator only: names some ranks have submitted and others not (stall reporting).
   std::vector<PendingName> PendingOnCoordinator() const { return table_.Pending(); }
 

@@ -22,12 +22,18 @@ std::string OutputSizeError(const TensorTableEntry* e, int64_t want) {
 
 }  // namespace
 
+int64_t ReducescatterRows(int64_t rows, int size, int rank) {
+  return rows / size + (rank < rows % size ? 1 : 0);
+}
+
 Status Executor::Run(const Response& resp, const std::vector<TensorTableEntry*>& entries) {
   switch (resp.op_type) {
     case OpType::kAllreduce: return Allreduce(resp, entries);
     case OpType::kBroadcast: return Broadcast(resp, entries[0]);
     case OpType::kAllgather: return Allgather(resp, resp.first_dims, entries[0]);
     case OpType::kAlltoall: return Alltoall(entries[0]);
+    case OpType::kReducescatter: return Reducescatter(resp, entries);
+    default: break;
   }
   return Status::UnknownError("unknown collective");
 }
@@ -41,8 +47,7 @@ Status Executor::Allreduce(const Response& resp, const std::vector<TensorTableEn
     // Alone in its group: reduce in the output itself, no fusion-buffer copies.
     TensorTableEntry* e = entries[0];
     const int64_t n = e->input.num_elements();
-    if (e->output.data != e->input.data) std::memcpy(e->output.data, e->input.data, n * esize);
-    ScaleBuffer(e->output.data, n, dt, resp.prescale);
+    ScaleCopy(e->output.data, e->input.data, n, dt, resp.prescale);
     Timeline::Get().ActivityStart(e->request.name, MPIActivityName(OpType::kAllreduce));  // [timeline]
     auto s = backend_->Allreduce(e->output.data, n, dt, resp.reduce_op);
     Timeline::Get().ActivityEnd(e->request.name);  // [timeline]
@@ -55,26 +60,25 @@ Status Executor::Allreduce(const Response& resp, const std::vector<TensorTableEn
   if ((int64_t)fusion_buffer_.size() < total * esize) fusion_buffer_.resize(total * esize);
   char* buf = fusion_buffer_.data();
   Timeline& timeline = Timeline::Get();
+  // The scale factors ride on the pack and unpack copies: no extra pass over the buffer.
   timeline.ActivityStartAll(entries, kActivityMemcpyIn);  // [timeline]
   int64_t off = 0;
   for (auto* e : entries) {
-    const int64_t bytes = e->input.num_elements() * esize;
-    std::memcpy(buf + off, e->input.data, bytes);
-    off += bytes;
+    const int64_t n = e->input.num_elements();
+    ScaleCopy(buf + off, e->input.data, n, dt, resp.prescale);
+    off += n * esize;
   }
-  ScaleBuffer(buf, total, dt, resp.prescale);
-  timeline.ActivityEndAll(entries);                                             // [timeline]
-  timeline.ActivityStartAll(entries, MPIActivityName(OpType::kAllreduce));     // [timeline]
+  timeline.ActivityEndAll(entries);                                          // [timeline]
+  timeline.ActivityStartAll(entries, MPIActivityName(OpType::kAllreduce));  // [timeline]
   auto s = backend_->Allreduce(buf, total, dt, resp.reduce_op);
-  timeline.ActivityEndAll(entries);                                             // [timeline]
+  timeline.ActivityEndAll(entries);                                          // [timeline]
   if (!s.ok()) return s;
   timeline.ActivityStartAll(entries, kActivityMemcpyOut);  // [timeline]
-  ScaleBuffer(buf, total, dt, post, divisor);
   off = 0;
   for (auto* e : entries) {
-    const int64_t bytes = e->input.num_elements() * esize;
-    std::memcpy(e->output.data, buf + off, bytes);
-    off += bytes;
+    const int64_t n = e->input.num_elements();
+    ScaleCopy(e->output.data, buf + off, n, dt, post, divisor);
+    off += n * esize;
   }
   timeline.ActivityEndAll(entries);  // [timeline]
   return Status::OK();
@@ -125,6 +129,67 @@ Status Executor::Alltoall(TensorTableEntry* e) {
   auto s = backend_->Alltoallv(e->input.data, send_bytes, e->output.data, recv_bytes);
   Timeline::Get().ActivityEnd(e->request.name);  // [timeline]
   return s;
+}
+
+// Rank r receives rows [first_r, first_r + rows_r) of the reduction, rows_r from
+// ReducescatterRows. A group is packed rank-major (rank r's blocks of every tensor, then
+// rank r+1's), so one MPI_Reduce_scatter serves all of them.
+Status Executor::Reducescatter(const Response& resp, const std::vector<TensorTableEntry*>& entries) {
+  const DataType dt = resp.dtype;
+  const int esize = DTypeSize(dt);
+  const int divisor = resp.reduce_op == ReduceOp::kAverage ? size_ : 1;
+  std::vector<int64_t> counts(size_, 0);
+  for (auto* e : entries) {
+    const int64_t rows = e->input.shape.empty() ? 0 : e->input.shape[0];
+    const int64_t row = RowElements(e->input.shape);
+    const int64_t want = ReducescatterRows(rows, size_, rank_) * row;
+    if (e->output.num_elements() != want) return Status::InvalidArgument(OutputSizeError(e, want));
+    for (int r = 0; r < size_; ++r) counts[r] += ReducescatterRows(rows, size_, r) * row;
+  }
+  if (entries.size() == 1 && resp.prescale == 1.0) {
+    // Straight from the input into the output: no copies.
+    TensorTableEntry* e = entries[0];
+    Timeline::Get().ActivityStart(e->request.name, MPIActivityName(OpType::kReducescatter));  // [timeline]
+    auto s = backend_->Reducescatter(e->input.data, e->output.data, counts, dt, resp.reduce_op);
+    Timeline::Get().ActivityEnd(e->request.name);  // [timeline]
+    if (!s.ok()) return s;
+    ScaleBuffer(e->output.data, counts[rank_], dt, resp.postscale, divisor);
+    return Status::OK();
+  }
+  int64_t total = 0;
+  for (int64_t c : counts) total += c;
+  if ((int64_t)fusion_buffer_.size() < total * esize) fusion_buffer_.resize(total * esize);
+  if ((int64_t)scatter_out_.size() < counts[rank_] * esize) scatter_out_.resize(counts[rank_] * esize);
+  char* buf = fusion_buffer_.data();
+  Timeline& timeline = Timeline::Get();
+  timeline.ActivityStartAll(entries, kActivityMemcpyIn);  // [timeline]
+  int64_t off = 0;
+  for (int r = 0; r < size_; ++r) {
+    for (auto* e : entries) {
+      const int64_t rows = e->input.shape[0];
+      const int64_t row_bytes = RowElements(e->input.shape) * esize;
+      int64_t first = 0;
+      for (int q = 0; q < r; ++q) first += ReducescatterRows(rows, size_, q);
+      const int64_t bytes = ReducescatterRows(rows, size_, r) * row_bytes;
+      ScaleCopy(buf + off, static_cast<const char*>(e->input.data) + first * row_bytes,
+                bytes / esize, dt, resp.prescale);
+      off += bytes;
+    }
+  }
+  timeline.ActivityEndAll(entries);                                              // [timeline]
+  timeline.ActivityStartAll(entries, MPIActivityName(OpType::kReducescatter));  // [timeline]
+  auto s = backend_->Reducescatter(buf, scatter_out_.data(), counts, dt, resp.reduce_op);
+  timeline.ActivityEndAll(entries);                                              // [timeline]
+  if (!s.ok()) return s;
+  timeline.ActivityStartAll(entries, kActivityMemcpyOut);  // [timeline]
+  off = 0;
+  for (auto* e : entries) {
+    const int64_t n = e->output.num_elements();
+    ScaleCopy(e->output.data, scatter_out_.data() + off, n, dt, resp.postscale, divisor);
+    off += n * esize;
+  }
+  timeline.ActivityEndAll(entries);  // [timeline]
+  return Status::OK();
 }
 
 }  // namespace mxhorovod

@@ -10,6 +10,10 @@
 
 namespace mxhorovod {
 
+// Rows of a reducescatter's dimension 0 that `rank` receives: an even split, the lower
+// ranks taking one more row each while the remainder lasts (Horovod's rule).
+int64_t ReducescatterRows(int64_t rows, int size, int rank);
+
 class Executor {
  public:
   Executor(Backend* backend, int rank, int size) : backend_(backend), rank_(rank), size_(size) {}
@@ -23,9 +27,11 @@ class Executor {
   Status Broadcast(const Response& resp, TensorTableEntry* e);
   Status Allgather(const Response& resp, const std::vector<int64_t>& first_dims, TensorTableEntry* e);
   Status Alltoall(TensorTableEntry* e);
+  Status Reducescatter(const Response& resp, const std::vector<TensorTableEntry*>& entries);
   Backend* backend_;
   int rank_, size_;
   std::vector<char> fusion_buffer_;  // persistent; grows to the largest fused group
+  std::vector<char> scatter_out_;    // reducescatter of a group: this rank's fused block
 };
 
 }  // namespace mxhorovod

@@ -60,19 +60,26 @@ Response MessageTable::Build(const std::vector<Request>& reqs) const {
   }
   for (size_t i = 1; i < reqs.size() && err.empty(); ++i) {
     const Request& b = reqs[i];
+    const bool reduces = a.op_type == OpType::kAllreduce || a.op_type == OpType::kReducescatter;
     if (b.op_type != a.op_type) {
       err = Mismatch("operations", a, b, OpTypeName(a.op_type), OpTypeName(b.op_type));
+    } else if (IsControl(a.op_type)) {
+      if (b.shape != a.shape) {
+        err = std::string(OpTypeName(a.op_type)) + ": the ranks disagree: rank " +
+              std::to_string(a.rank) + " asks for " + ShapeString(a.shape) + ", rank " +
+              std::to_string(b.rank) + " for " + ShapeString(b.shape);
+      }
     } else if (b.dtype != a.dtype) {
       err = Mismatch("data types", a, b, DTypeName(a.dtype), DTypeName(b.dtype));
-    } else if (a.op_type == OpType::kAllreduce && b.reduce_op != a.reduce_op) {
+    } else if (reduces && b.reduce_op != a.reduce_op) {
       err = Mismatch("reduce ops", a, b, ReduceOpName(a.reduce_op), ReduceOpName(b.reduce_op));
-    } else if (a.op_type == OpType::kAllreduce && b.prescale != a.prescale) {
+    } else if (reduces && b.prescale != a.prescale) {
       err = Mismatch("prescale factors", a, b, Num(a.prescale), Num(b.prescale));
-    } else if (a.op_type == OpType::kAllreduce && b.postscale != a.postscale) {
+    } else if (reduces && b.postscale != a.postscale) {
       err = Mismatch("postscale factors", a, b, Num(a.postscale), Num(b.postscale));
     } else if (a.op_type == OpType::kBroadcast && b.root_rank != a.root_rank) {
       err = Mismatch("root ranks", a, b, std::to_string(a.root_rank), std::to_string(b.root_rank));
-    } else if (a.op_type == OpType::kAllreduce || a.op_type == OpType::kBroadcast) {
+    } else if (reduces || a.op_type == OpType::kBroadcast) {
       if (b.shape != a.shape) err = Mismatch("shapes", a, b, ShapeString(a.shape), ShapeString(b.shape));
     } else if (b.shape.size() != a.shape.size() ||
                !std::equal(a.shape.begin() + std::min<size_t>(1, a.shape.size()), a.shape.end(),
@@ -83,7 +90,7 @@ Response MessageTable::Build(const std::vector<Request>& reqs) const {
   }
   if (err.empty() && a.op_type == OpType::kBroadcast && (a.root_rank < 0 || a.root_rank >= size_)) {
     err = "broadcast '" + a.name + "': root rank " + std::to_string(a.root_rank) +
-          " is not a rank of this job (size " + std::to_string(size_) + ")";
+          " is not a rank of this process set (size " + std::to_string(size_) + ")";
   }
   if (err.empty() && a.op_type == OpType::kAlltoall) {
     // Rank j receives splits_i[j] rows from rank i; the senders' splits must add up.
@@ -95,6 +102,7 @@ Response MessageTable::Build(const std::vector<Request>& reqs) const {
       }
     }
   }
+  if (err.empty() && IsControl(a.op_type)) resp.first_dims = a.shape;  // the ranks (or the id)
   if (err.empty() && a.op_type == OpType::kAllgather) {
     for (const auto& r : reqs) resp.first_dims.push_back(r.shape.empty() ? 1 : r.shape[0]);
   }

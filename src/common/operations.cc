@@ -9,17 +9,19 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <thread>
 
+#include "autotune.h"
 #include "config.h"
 #include "controller.h"
 #include "executor.h"
 #include "fusion.h"
 #include "logging.h"
-#include "ops/mpi_backend.h"
 #include "ops/mpi_wait.h"
+#include "process_set.h"
 #include "stop_reason.h"
 #include "timeline.h"
 
@@ -38,12 +40,29 @@ struct State {
   std::thread thread;
   std::atomic<bool> shutdown_requested{false};
   bool we_initialized_mpi = false;
-  TensorQueue queue;
+  bool dynamic_process_sets = false;
+  ProcessSetTable sets;           // the global set (id 0) and the others, while running
+  int32_t next_set_id = 1;        // background thread only: same sequence on every rank
+  std::atomic<uint64_t> control_calls{0};  // names of add/remove calls, in call order
+  // New work wakes the background thread before its cycle time is up.
+  std::mutex wake_mu;
+  std::condition_variable wake_cv;
+  bool wake = false;
 };
+
 
 State& S() {
   static State* s = new State();  // never destroyed: engine threads may outlive main()
   return *s;
+}
+
+void Wake() {
+  State& st = S();
+  {
+    std::lock_guard<std::mutex> lk(st.wake_mu);
+    st.wake = true;
+  }
+  st.wake_cv.notify_one();
 }
 
 Status MPICheck(int rc, const char* what) {
@@ -127,48 +146,102 @@ void FailEntries(std::vector<TensorTableEntry>&& entries, const std::string& why
   }
 }
 
-// Why the loop stops after a cycle whose result says shutdown ("" when this rank asked).
+// Fails every entry of a set (stop, removal) with `why`.
+void FailSet(ProcessSet& set, const std::string& why) { FailEntries(set.queue.TakeAll(), why); }
+
+// add_process_set / remove_process_set, negotiated in the global set: every rank runs it
+// at the same point of the same cycle. The ranks travel in the response (first_dims).
+Status RunControl(const Response& r, MPI_Comm world, int world_rank, const Config& cfg) {
+  State& st = S();
+  std::vector<int> ranks(r.first_dims.begin(), r.first_dims.end());
+  if (r.op_type == OpType::kProcessSetRemove) {
+    std::shared_ptr<ProcessSet> set;
+    {
+      std::lock_guard<std::mutex> lk(st.mu);  // Enqueue checks the table under st.mu too
+      if (ranks.size() == 1 && ranks[0] != 0) set = st.sets.Erase(ranks[0]);
+    }
+    if (!set) return Status::InvalidArgument("remove_process_set: no process set with id " +
+                                             (ranks.empty() ? std::string("?") : std::to_string(ranks[0])));
+    FailSet(*set, set->Describe() + " was removed");
+    set->Close();
+    return Status::OK();
+  }
+  int32_t existing = st.sets.Find(ranks);
+  // Every rank takes part in the split (a collective of the whole job), even to refuse.
+  bool member = std::binary_search(ranks.begin(), ranks.end(), world_rank);
+  MPI_Comm comm = MPI_COMM_NULL;
+  int rc = MPI_Comm_split(world, existing < 0 && member ? 0 : MPI_UNDEFINED, world_rank, &comm);
+  if (rc != MPI_SUCCESS) return MPICheck(rc, "MPI_Comm_split (add_process_set)");
+  if (existing >= 0) {
+    return Status::InvalidArgument("add_process_set: a process set with ranks " + RanksString(ranks) +
+                                   " already exists (id " + std::to_string(existing) + ")");
+  }
+  auto set = std::make_shared<ProcessSet>();
+  set->id = st.next_set_id++;
+  set->ranks = ranks;
+  set->size = (int)ranks.size();
+  set->included = member;
+  if (member) set->Open(comm, cfg);
+  st.sets.Put(set);
+  return Status::OK();
+}
+
+// Why the loop stops after a global cycle whose result says shutdown ("" when this rank
+// asked).
 std::string StopReasonOf(const CycleResult& result, const Config& cfg) {
   if (S().shutdown_requested.load()) return "";
   if (result.stall_shutdown) return StallInspector::ShutdownReason(cfg.stall);
   return PeerShutdownReason(result.shutdown_ranks);
 }
 
-void RunCycle(Controller& controller, Executor& executor, const Config& cfg, CycleResult* result,
-              Status* fatal) {
-  State& st = S();
-  *fatal = controller.ComputeResponses(st.shutdown_requested.load(), result);
+// bytes_done: payload bytes of the collectives run (for the autotuner).
+void RunCycle(ProcessSet& set, bool shutdown_requested, MPI_Comm world, int world_rank,
+              const Config& cfg, CycleResult* result, Status* fatal, int64_t* bytes_done) {
+  *bytes_done = 0;
+  Timeline& timeline = Timeline::Get();
+  timeline.SetProcessSet(set.id, &set.ranks);  // [timeline] rows of this set
+  *fatal = set.controller->ComputeResponses(shutdown_requested, result);
   if (!fatal->ok()) return;
-  if (result->shutdown) {
+  if (result->shutdown && set.id == 0) {
     // Stopped before this cycle's callbacks run: a caller woken by one of its errors (a
     // stall shutdown's) already finds mxhorovod stopped, and new calls are refused.
+    State& st = S();
     std::lock_guard<std::mutex> lk(st.mu);
     st.running = false;
     st.stop_reason = StopReasonOf(*result, cfg);
   }
-  Timeline& timeline = Timeline::Get();                          // [timeline]
-  if (!result->responses.empty()) timeline.MarkCycle();          // [timeline]
-  timeline.Responses(result->responses);                         // [timeline]
-  // Error responses complete at once; the rest are planned into fusion groups.
+  if (!result->responses.empty()) timeline.MarkCycle();  // [timeline]
+  timeline.Responses(result->responses);                 // [timeline]
+  // Error responses complete at once, control operations run in order; the rest are
+  // planned into fusion groups.
   std::vector<Response> ok;
   for (auto& r : result->responses) {
     if (r.type == Response::kError) {
       for (const auto& n : r.names) {
         TensorTableEntry e;
-        if (st.queue.Take(n, &e)) e.callback(Status::InvalidArgument(r.error));
+        if (set.queue.Take(n, &e)) e.callback(Status::InvalidArgument(r.error));
       }
+    } else if (IsControl(r.op_type)) {
+      Status s = RunControl(r, world, world_rank, cfg);
+      TensorTableEntry e;
+      if (set.queue.Take(r.names[0], &e)) e.callback(s);
+      timeline.OpEnd(r.names[0]);  // [timeline]
     } else {
-      ok.push_back(std::move(r));
+      ok.push_back(r);
     }
   }
   std::vector<FusionItem> items;
   std::vector<TensorTableEntry*> local(ok.size());
   for (size_t i = 0; i < ok.size(); ++i) {
-    local[i] = st.queue.Find(ok[i].names[0]);
+    local[i] = set.queue.Find(ok[i].names[0]);
     const Response& r = ok[i];
     int64_t bytes = local[i] ? local[i]->input.num_elements() * DTypeSize(r.dtype) : 0;
-    items.push_back({r.op_type == OpType::kAllreduce, r.op_type, r.dtype, r.reduce_op, r.prescale,
-                     r.postscale, bytes});
+    // A tensor of zero_copy_bytes or more is reduced in place: copying it into the
+    // fusion buffer and back costs more than the MPI call it would save.
+    bool fusable = (r.op_type == OpType::kAllreduce || r.op_type == OpType::kReducescatter) &&
+                   bytes < cfg.zero_copy_bytes;
+    items.push_back({fusable, r.op_type, r.dtype, r.reduce_op, r.prescale, r.postscale, bytes});
+    *bytes_done += bytes;
   }
   for (const auto& group : PlanFusion(items, cfg.fusion_threshold)) {
     std::vector<TensorTableEntry*> entries;
@@ -180,21 +253,64 @@ void RunCycle(Controller& controller, Executor& executor, const Config& cfg, Cyc
       s = Status::UnknownError("internal error: a negotiated tensor is not queued on this rank");
     } else {
       timeline.ActivityEndAll(entries);  // [timeline] QUEUE
-      s = executor.Run(ok[group[0]], entries);
+      s = set.executor->Run(ok[group[0]], entries);
     }
     for (int i : group) {
       TensorTableEntry e;
-      if (st.queue.Take(ok[i].names[0], &e)) e.callback(s);
+      if (set.queue.Take(ok[i].names[0], &e)) e.callback(s);
       timeline.OpEnd(ok[i].names[0]);  // [timeline]
     }
   }
 }
 
-void BackgroundLoop(int64_t comm_f2c, std::vector<int> ranks, Config cfg) {
+// Registers the sets given to init(): checks that every rank passed the same list.
+Status StartStaticSets(MPI_Comm world, int world_rank, int world_size,
+                       const std::vector<std::vector<int>>& lists, const Config& cfg) {
+  std::vector<std::vector<int>> sorted;
+  for (const auto& l : lists) {
+    std::vector<int> v;
+    Status s = NormalizeRanks(l, world_size, &v);
+    if (!s.ok()) return Status::InvalidArgument("init(process_sets=...): " + s.reason());
+    sorted.push_back(v);
+  }
+  // FNV-1a of the lists, compared by MIN and MAX over the ranks.
+  uint64_t h = 1469598103934665603ull;
+  for (const auto& v : sorted) {
+    for (int r : v) h = (h ^ (uint64_t)(r + 1)) * 1099511628211ull;
+    h = (h ^ 0xffffffffull) * 1099511628211ull;
+  }
+  uint64_t mm[2] = {h, ~h};
+  int rc = MPI_Allreduce(MPI_IN_PLACE, mm, 2, MPI_UINT64_T, MPI_MAX, world);
+  if (rc != MPI_SUCCESS) return MPICheck(rc, "MPI_Allreduce (process sets)");
+  if (mm[0] != h || ~mm[1] != h) {
+    return Status::InvalidArgument("init(process_sets=...): the ranks passed different process sets "
+                                   "(every rank must pass the same list in the same order)");
+  }
+  for (const auto& v : sorted) {
+    if (S().sets.Find(v) >= 0) continue;  // e.g. the global set's ranks: the same set
+    Response r;
+    r.op_type = OpType::kProcessSetAdd;
+    r.first_dims.assign(v.begin(), v.end());
+    Status s = RunControl(r, world, world_rank, cfg);
+    if (!s.ok()) return Status::InvalidArgument("init(process_sets=...): " + s.reason());
+  }
+  return Status::OK();
+}
+
+struct StartArgs {
+  int64_t comm_f2c;
+  std::vector<int> ranks;
+  std::vector<std::vector<int>> process_sets;
+  Config cfg;
+};
+
+void BackgroundLoop(StartArgs args) {
   State& st = S();
+  const Config& cfg = args.cfg;
   MPI_Comm comm = MPI_COMM_NULL;
   Topology topo;
-  Status s = StartMPI(comm_f2c, ranks, &comm, &topo);
+  Status s = StartMPI(args.comm_f2c, args.ranks, &comm, &topo);
+  std::shared_ptr<ProcessSet> global;
   if (s.ok()) {
     ConfigureLogging(cfg.log, topo.rank);
     // [timeline] HOROVOD_TIMELINE, written by rank 0 as in Horovod; started before init()
@@ -202,6 +318,18 @@ void BackgroundLoop(int64_t comm_f2c, std::vector<int> ranks, Config cfg) {
     if (topo.rank == 0 && !cfg.timeline.empty()) {
       Status ts = Timeline::Get().Start(cfg.timeline, cfg.timeline_mark_cycles);
       if (!ts.ok()) LogError("HOROVOD_TIMELINE: " + ts.reason() + "; recording no timeline");
+    }
+    global = std::make_shared<ProcessSet>();
+    global->id = 0;
+    for (int r = 0; r < topo.size; ++r) global->ranks.push_back(r);
+    global->size = topo.size;
+    global->included = true;
+    global->Open(comm, cfg);
+    st.next_set_id = 1;
+    st.sets.Put(global);
+    s = StartStaticSets(comm, topo.rank, topo.size, args.process_sets, cfg);
+    if (!s.ok()) {
+      for (auto& set : st.sets.Clear()) set->Close();
     }
   }
   {
@@ -221,46 +349,90 @@ void BackgroundLoop(int64_t comm_f2c, std::vector<int> ranks, Config cfg) {
     // More ranks than cores: a waiting rank must give its core away almost at once.
     policy.spins = 4;
     policy.max_sleep_us = 1000;
+    policy.blocking_data = false;
   }
   SetWaitPolicy(policy);
-  {
-    MPIBackend backend(comm, cfg.slice_bytes);
-    Executor executor(&backend, topo.rank, topo.size);
-    Controller controller(comm, topo.rank, topo.size, (size_t)cfg.cache_capacity, &st.queue,
-                          cfg.stall);
-    const auto cycle = std::chrono::duration<double, std::milli>(cfg.cycle_time_ms);
-    std::string reason;
-    while (true) {
-      auto start = std::chrono::steady_clock::now();
-      CycleResult result;
-      Status fatal;
-      RunCycle(controller, executor, cfg, &result, &fatal);
-      if (!fatal.ok()) { reason = fatal.reason(); break; }
-      if (result.shutdown) {
-        reason = StopReasonOf(result, cfg);
+  Config live = cfg;  // the autotuner changes it while running
+  auto cycle = std::chrono::duration<double, std::milli>(cfg.cycle_time_ms);
+  std::unique_ptr<Autotuner> tuner;
+  if (cfg.autotune) tuner.reset(new Autotuner(cfg, comm, topo.rank));
+  auto apply = [&](const TunedParams& p) {
+    live.fusion_threshold = p.fusion_threshold;
+    live.zero_copy_bytes = p.zero_copy_bytes;
+    live.slice_bytes = p.slice_bytes;
+    cycle = std::chrono::duration<double, std::milli>(p.cycle_time_ms);
+    for (auto& set : st.sets.All()) {
+      if (set->backend) set->backend->set_slice_bytes(p.slice_bytes);
+    }
+  };
+  if (tuner) apply(tuner->params());
+  std::string reason;
+  bool stop = false;
+  int idle_cycles = 0;
+  constexpr int kIdleCycles = 100;
+  const std::chrono::duration<double, std::milli> kIdleWait(20.0);
+  while (!stop) {
+    auto start = std::chrono::steady_clock::now();
+    // The global set first (it carries shutdown and the add/remove of sets), then the
+    // other sets this rank belongs to, in id order: the same sequence on every member.
+    CycleResult result;
+    Status fatal;
+    int64_t bytes = 0;
+    RunCycle(*global, st.shutdown_requested.load(), comm, topo.rank, live, &result, &fatal, &bytes);
+    if (!fatal.ok()) { reason = fatal.reason(); break; }
+    if (result.shutdown) {
+      reason = StopReasonOf(result, live);
+      break;
+    }
+    if (tuner && tuner->active() && tuner->Update(result.responses, bytes)) apply(tuner->params());
+    for (auto& set : st.sets.All()) {
+      if (set->id == 0 || !set->included) continue;
+      RunCycle(*set, false, comm, topo.rank, live, &result, &fatal, &bytes);
+      if (!fatal.ok()) {
+        reason = set->Describe() + ": " + fatal.reason();
+        stop = true;
         break;
       }
-      std::this_thread::sleep_until(start + cycle);
     }
-    {
-      std::lock_guard<std::mutex> lk(st.mu);
-      st.running = false;
-      st.stop_reason = reason;
+    if (!stop) {
+      // Sleep out the cycle unless new work (or shutdown) arrives: a rank with work
+      // starts negotiating at once, and its peers join as soon as theirs arrives. After
+      // kIdleCycles cycles with nothing anywhere, sleep longer (an idle rank burns no
+      // CPU): a peer that gets work waits for us only if we have none of that work
+      // ourselves, which in data-parallel training means it must wait anyway. Not with
+      // process sets: their members would wait for an idle non-member's global cycle.
+      bool idle = result.responses.empty();
+      auto sets = st.sets.All();
+      for (auto& set : sets) idle = idle && set->queue.Empty();
+      idle_cycles = idle && sets.size() == 1 ? idle_cycles + 1 : 0;
+      auto wait = idle_cycles > kIdleCycles ? std::max<std::chrono::duration<double, std::milli>>(cycle, kIdleWait)
+                                            : cycle;
+      std::unique_lock<std::mutex> lk(st.wake_mu);
+      st.wake_cv.wait_until(lk, start + wait, [&] { return st.wake; });
+      st.wake = false;
     }
-    if (!reason.empty()) LogDebug("stopped: " + reason);
-    std::vector<TensorTableEntry> left = st.queue.TakeAll();
+  }
+  std::vector<std::shared_ptr<ProcessSet>> sets;
+  {
+    std::lock_guard<std::mutex> lk(st.mu);
+    st.running = false;
+    st.stop_reason = reason;
+    sets = st.sets.Clear();
+  }
+  if (!reason.empty()) LogDebug("stopped: " + reason);
+  for (auto& set : sets) {
+    std::vector<TensorTableEntry> left = set->queue.TakeAll();
     std::string why = WithPendingNames(reason.empty() ? "mxhorovod was shut down on this rank" : reason, left);
     FailEntries(std::move(left), why);
-    Timeline::Get().Stop();  // [timeline] the closing bracket, whoever stopped the loop
+    set->Close();  // frees comm for the global set
   }
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (!finalized) MPI_Comm_free(&comm);
+  Timeline::Get().Stop();  // [timeline] the closing bracket, whoever stopped the loop
 }
 
 }  // namespace
 
-Status Initialize(int64_t comm_f2c, const std::vector<int>& ranks) {
+Status Initialize(int64_t comm_f2c, const std::vector<int>& ranks,
+                  const std::vector<std::vector<int>>& process_sets, bool dynamic_process_sets) {
   State& st = S();
   std::unique_lock<std::mutex> lk(st.mu);
   if (st.running) return Status::OK();
@@ -278,7 +450,8 @@ Status Initialize(int64_t comm_f2c, const std::vector<int>& ranks) {
   ConfigureLogging(cfg.log, -1);
   st.started = false;
   st.shutdown_requested = false;
-  st.thread = std::thread(BackgroundLoop, comm_f2c, ranks, cfg);
+  st.dynamic_process_sets = dynamic_process_sets || cfg.dynamic_process_sets;
+  st.thread = std::thread(BackgroundLoop, StartArgs{comm_f2c, ranks, process_sets, cfg});
   st.cv.wait(lk, [&] { return st.started; });
   if (!st.start_status.ok()) {
     lk.unlock();
@@ -291,6 +464,7 @@ Status Initialize(int64_t comm_f2c, const std::vector<int>& ranks) {
 void Shutdown() {
   State& st = S();
   st.shutdown_requested = true;
+  Wake();
   if (st.thread.joinable()) st.thread.join();
   Timeline::Get().Stop();
   std::lock_guard<std::mutex> lk(st.mu);
@@ -324,21 +498,101 @@ Topology GetTopology() {
 
 bool MPIThreadsSupported() { return S().threads_supported; }
 
-TensorQueue& Queue() { return S().queue; }
+std::vector<std::shared_ptr<ProcessSet>> ProcessSets() { return S().sets.All(); }
+
+Status MemberSet(int32_t id, const std::string& what, std::shared_ptr<ProcessSet>* out) {
+  State& st = S();
+  // Checked first: a loop that stopped (a peer's shutdown, a stall shutdown) keeps its sets
+  // registered until it has failed their pending entries.
+  if (!IsInitialized()) {
+    std::string why = StopReason();
+    return Status::PreconditionError(what + ": mxhorovod is not initialized" +
+                                     (why.empty() ? "; call hvd.init() first" : " (" + why + ")"));
+  }
+  auto set = st.sets.Get(id);
+  if (!set) {
+    return Status::InvalidArgument(what + ": process set " + std::to_string(id) +
+                                   " is not registered (removed, or never added)");
+  }
+  if (!set->included) {
+    return Status::InvalidArgument(what + ": this rank (" + std::to_string(GetTopology().rank) +
+                                   ") is not in " + set->Describe());
+  }
+  *out = std::move(set);
+  return Status::OK();
+}
+
+namespace {
+
+// Submits one control operation to the global set and waits for every rank to run it.
+Status RunControlCall(OpType type, const std::string& what, std::vector<int64_t> shape) {
+  State& st = S();
+  std::shared_ptr<ProcessSet> global;
+  Status s = MemberSet(0, what, &global);
+  if (!s.ok()) return s;
+  if (!st.dynamic_process_sets) {
+    return Status::InvalidArgument(what + ": adding or removing process sets after init() needs "
+                                   "HOROVOD_DYNAMIC_PROCESS_SETS=1 (or init(process_sets=\"dynamic\"))");
+  }
+  TensorTableEntry e;
+  e.request.op_type = type;
+  e.request.dtype = DataType::kInt64;
+  e.request.name = std::string(OpTypeName(type)) + "." + std::to_string(st.control_calls++);
+  e.request.shape = std::move(shape);
+  s = global->queue.Reserve({e.request.name});
+  if (!s.ok()) return s;
+  auto done = std::make_shared<std::promise<Status>>();
+  auto fut = done->get_future();
+  std::string name = e.request.name;
+  e.callback = [done, global, name](const Status& st2) {
+    global->queue.Release(name);
+    done->set_value(st2);
+  };
+  std::vector<TensorTableEntry> v;
+  v.push_back(std::move(e));
+  Enqueue(std::move(v));
+  return fut.get();
+}
+
+}  // namespace
+
+Status AddProcessSet(const std::vector<int>& ranks, int32_t* id) {
+  const std::string what = "add_process_set(" + RanksString(ranks) + ")";
+  std::shared_ptr<ProcessSet> global;
+  Status s = MemberSet(0, what, &global);
+  if (!s.ok()) return s;
+  std::vector<int> sorted;
+  s = NormalizeRanks(ranks, global->size, &sorted);
+  if (!s.ok()) return Status::InvalidArgument("add_process_set: " + s.reason());
+  s = RunControlCall(OpType::kProcessSetAdd, what, std::vector<int64_t>(sorted.begin(), sorted.end()));
+  if (!s.ok()) return s;
+  *id = S().sets.Find(sorted);
+  return Status::OK();
+}
+
+Status RemoveProcessSet(int32_t id) {
+  const std::string what = "remove_process_set(" + std::to_string(id) + ")";
+  if (id == 0) return Status::InvalidArgument(what + ": the global process set cannot be removed");
+  if (IsInitialized() && !S().sets.Get(id)) {
+    return Status::InvalidArgument(what + ": no process set with id " + std::to_string(id));
+  }
+  return RunControlCall(OpType::kProcessSetRemove, what, {id});
+}
 
 void Enqueue(std::vector<TensorTableEntry>&& entries) {
   State& st = S();
-  {
-    std::lock_guard<std::mutex> lk(st.mu);
-    if (st.running) {
-      st.queue.Add(std::move(entries));
-      return;
-    }
-  }
   std::string why;
   {
     std::lock_guard<std::mutex> lk(st.mu);
-    why = st.stop_reason.empty() ? "mxhorovod is not running" : st.stop_reason;
+    const int32_t id = entries.empty() ? 0 : entries[0].request.process_set_id;
+    auto set = st.running ? st.sets.Get(id) : nullptr;
+    if (set) {
+      set->queue.Add(std::move(entries));
+      Wake();
+      return;
+    }
+    why = !st.running ? (st.stop_reason.empty() ? "mxhorovod is not running" : st.stop_reason)
+                      : "process set " + std::to_string(id) + " was removed";
   }
   FailEntries(std::move(entries), why);
 }

@@ -4,10 +4,12 @@
 #define MXHOROVOD_COMMON_OPERATIONS_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "common.h"
+#include "process_set.h"
 #include "tensor_queue.h"
 
 namespace mxhorovod {
@@ -17,8 +19,12 @@ constexpr int64_t kWorldComm = INT64_MIN;
 // Starts MPI (if nobody has) and the background thread. comm_f2c: a Fortran handle
 // (mpi4py's comm.py2f()) of the parent communicator, or kWorldComm for MPI_COMM_WORLD; ranks: if
 // non-empty, the job is those ranks of the parent. The library works on a duplicate.
-// A second call while running is a no-op.
-Status Initialize(int64_t comm_f2c, const std::vector<int>& ranks);
+// process_sets: sets registered at start (ids 1, 2, ... in this order; every rank must
+// pass the same list); dynamic_process_sets: allow AddProcessSet/RemoveProcessSet later
+// (also on with HOROVOD_DYNAMIC_PROCESS_SETS=1). A second call while running is a no-op.
+Status Initialize(int64_t comm_f2c, const std::vector<int>& ranks,
+                  const std::vector<std::vector<int>>& process_sets = {},
+                  bool dynamic_process_sets = false);
 // Agrees with the peers to stop, fails what is pending, joins the thread. Idempotent.
 void Shutdown();
 // MPI_Finalize, if this library called MPI_Init and MPI is not finalized yet (at exit).
@@ -33,10 +39,17 @@ struct Topology {
 Topology GetTopology();  // all -1 before init() and after this rank's shutdown()
 bool MPIThreadsSupported();
 
-// Submitting side. Reserve names at the call, release them when the operation completes.
-TensorQueue& Queue();
-// Hands entries to the background thread; fails them at once (their callbacks run with
-// the error) if the library has stopped meanwhile.
+// Process sets. The global set (id 0, every rank) exists while running.
+std::vector<std::shared_ptr<ProcessSet>> ProcessSets();  // ascending id; empty when stopped
+// The set a collective is submitted to, checked: registered and this rank a member.
+// `what` names the call in the error.
+Status MemberSet(int32_t id, const std::string& what, std::shared_ptr<ProcessSet>* out);
+// Collective over every rank of the job, in the same order everywhere; block until done.
+Status AddProcessSet(const std::vector<int>& ranks, int32_t* id);
+Status RemoveProcessSet(int32_t id);
+
+// Hands entries (all of one process set) to the background thread; fails them at once
+// (their callbacks run with the error) if the library or their set has stopped meanwhile.
 void Enqueue(std::vector<TensorTableEntry>&& entries);
 
 }  // namespace mxhorovod

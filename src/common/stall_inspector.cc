@@ -67,15 +67,22 @@ std::vector<int> StallInspector::StalledHits(const std::map<int, std::string>& p
   return stalled;
 }
 
+std::vector<int> StallInspector::JobRanks(const std::vector<int>& set_ranks) const {
+  if (job_ranks_.empty()) return set_ranks;
+  std::vector<int> out;
+  for (int r : set_ranks) out.push_back(r >= 0 && r < (int)job_ranks_.size() ? job_ranks_[r] : r);
+  return out;
+}
+
 std::string StallInspector::Describe(const PendingName& p) const {
   std::vector<int> missing;
   for (int r = 0; r < size_; ++r) {
     if (!std::binary_search(p.ranks.begin(), p.ranks.end(), r)) missing.push_back(r);
   }
   return std::string(OpTypeName(p.op_type)) + " '" + p.name + "' waited " +
-         Secs(Seconds(now_ - p.since).count()) + " s: missing ranks " + RankList(missing) +
+         Secs(Seconds(now_ - p.since).count()) + " s: missing ranks " + RankList(JobRanks(missing)) +
          " (submitted by " + std::to_string(p.ranks.size()) + " of " + std::to_string(size_) +
-         " ranks: " + RankList(p.ranks) + ")";
+         " ranks: " + RankList(JobRanks(p.ranks)) + ")";
 }
 
 bool StallInspector::CheckCoordinator(const std::vector<PendingName>& pending,
@@ -93,26 +100,26 @@ bool StallInspector::CheckCoordinator(const std::vector<PendingName>& pending,
     return false;
   }
   if (settings_.shutdown_s > 0 && oldest > settings_.shutdown_s) {
-    std::string why = "; mxhorovod shut down on every rank because a stall lasted more than "
-                      "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=" + Secs(settings_.shutdown_s) + " s";
+    const std::string limit = "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=" + Secs(settings_.shutdown_s) + " s";
+    std::string why = stops_job() ? "; mxhorovod shut down on every rank because a stall lasted more than " + limit
+                                  : "; " + scope_ + " failed its waiting operations because a stall lasted more than " + limit;
     for (const auto& p : pending) {
       Response r;
       r.type = Response::kError;
       r.op_type = p.op_type;
       r.names = {p.name};
-      r.error = "stalled: " + Describe(p) + why;
+      r.error = "stalled: " + Prefix() + Describe(p) + why;
       errors->push_back(std::move(r));
     }
-    LogError("Stall shutdown: " + std::to_string(pending.size()) + " tensor(s) still waiting "
-             "after HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=" + Secs(settings_.shutdown_s) +
-             " s; failing them and shutting down mxhorovod on every rank (first: " +
-             Describe(pending.front()) + ")");
+    LogError(Prefix() + "Stall shutdown: " + std::to_string(pending.size()) + " tensor(s) still waiting after " +
+             limit + "; failing them" + (stops_job() ? " and shutting down mxhorovod on every rank" : "") +
+             " (first: " + Describe(pending.front()) + ")");
     return true;
   }
   if (warned_ && now_ - last_warning_ < check_) return false;
   warned_ = true;
   last_warning_ = now_;
-  std::string msg = "One or more tensors were submitted by some ranks and not by others for more "
+  std::string msg = Prefix() + "One or more tensors were submitted by some ranks and not by others for more "
                     "than HOROVOD_STALL_CHECK_TIME_SECONDS=" + Secs(settings_.check_s) +
                     " s. Ranks submitting different names, or only some ranks submitting, "
                     "deadlock until the missing ranks submit them:";
@@ -123,8 +130,8 @@ bool StallInspector::CheckCoordinator(const std::vector<PendingName>& pending,
     msg += "\n    ... and " + std::to_string(stalled.size() - kMaxNamesInWarning) + " more";
   }
   if (settings_.shutdown_s > 0) {
-    msg += "\n  mxhorovod shuts down on every rank when a stall passes "
-           "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=" + Secs(settings_.shutdown_s) + " s.";
+    msg += std::string("\n  ") + (stops_job() ? "mxhorovod shuts down on every rank" : "the waiting operations fail") +
+           " when a stall passes HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=" + Secs(settings_.shutdown_s) + " s.";
   }
   LogWarning(msg);
   return false;

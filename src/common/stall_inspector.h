@@ -9,6 +9,9 @@
 //   stall lasts. Past HOROVOD_STALL_SHUTDOWN_TIME_SECONDS (default 0: never, as in Horovod)
 //   it answers every waiting name with an error response naming it and its missing ranks,
 //   and asks every rank to shut mxhorovod down, so no rank waits forever.
+// In a process set other than the global one, the set's first rank reports, with the set
+// named and ranks in the job's numbering; its stall shutdown fails the set's waiting
+// operations but stops nothing (only the global set reaches every rank to agree on a stop).
 // HOROVOD_STALL_CHECK_DISABLE=1 (or a check time of 0) turns all of it off. As in Horovod, a
 // shutdown time below the check time is ignored with a warning.
 // Pure logic and clocks, no MPI: the controller calls it and moves the results.
@@ -60,9 +63,22 @@ class StallInspector {
   // The error text of every other operation that fails when a stall shuts mxhorovod down.
   static std::string ShutdownReason(const StallSettings& settings);
 
+  // For a process set other than the global one: its description ("process set 2 (ranks
+  // [1, 2])") and the job's rank of each of its ranks.
+  void SetScope(const std::string& scope, const std::vector<int>& job_ranks) {
+    scope_ = scope;
+    job_ranks_ = job_ranks;
+  }
+  // Whether a stall shutdown stops mxhorovod (the global set) or only fails operations.
+  bool stops_job() const { return scope_.empty(); }
+
  private:
   std::string Describe(const PendingName& p) const;
+  std::vector<int> JobRanks(const std::vector<int>& set_ranks) const;
+  std::string Prefix() const { return scope_.empty() ? "" : scope_ + ": "; }
   StallSettings settings_;
+  std::string scope_;              // empty: the global set
+  std::vector<int> job_ranks_;
   int size_;
   Clock::duration check_, period_;
   Clock::time_point now_{}, next_hit_check_{}, next_table_check_{}, last_warning_{};

@@ -54,6 +54,11 @@ bool TensorQueue::Take(const std::string& name, TensorTableEntry* out) {
   return true;
 }
 
+bool TensorQueue::Empty() {
+  std::lock_guard<std::mutex> lk(mu_);
+  return table_.empty() && new_requests_.empty();
+}
+
 std::vector<TensorTableEntry> TensorQueue::TakeAll() {
   std::lock_guard<std::mutex> lk(mu_);
   std::vector<TensorTableEntry> out;

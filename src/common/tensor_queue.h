@@ -28,6 +28,8 @@ class TensorQueue {
   // Background thread: the entry for a name (nullptr if absent); valid until Take.
   TensorTableEntry* Find(const std::string& name);
   bool Take(const std::string& name, TensorTableEntry* out);
+  // No entry waiting or running (new requests included).
+  bool Empty();
   // Takes every entry (shutdown): the caller fails them.
   std::vector<TensorTableEntry> TakeAll();
 

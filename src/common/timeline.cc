@@ -18,6 +18,9 @@ const char* OpSpanName(OpType op) {
     case OpType::kBroadcast: return "BROADCAST";
     case OpType::kAllgather: return "ALLGATHER";
     case OpType::kAlltoall: return "ALLTOALL";
+    case OpType::kReducescatter: return "REDUCESCATTER";
+    case OpType::kProcessSetAdd: return "ADD_PROCESS_SET";
+    case OpType::kProcessSetRemove: return "REMOVE_PROCESS_SET";
   }
   return "UNKNOWN";
 }
@@ -28,6 +31,8 @@ const char* MPIActivityName(OpType op) {
     case OpType::kBroadcast: return "MPI_BCAST";
     case OpType::kAllgather: return "MPI_ALLGATHER";
     case OpType::kAlltoall: return "MPI_ALLTOALL";
+    case OpType::kReducescatter: return "MPI_REDUCE_SCATTER";
+    default: break;
   }
   return "MPI";
 }
@@ -132,9 +137,19 @@ void Timeline::Push(std::vector<Event>&& events) {
   }
 }
 
+std::string Timeline::RowName(const std::string& name) const {
+  if (set_id_ == 0 || name.empty()) return name;
+  return name + " [process set " + std::to_string(set_id_) + "]";
+}
+
+int Timeline::JobRank(int set_rank) const {
+  if (set_id_ == 0 || !set_ranks_ || set_rank < 0 || set_rank >= (int)set_ranks_->size()) return set_rank;
+  return (*set_ranks_)[set_rank];
+}
+
 void Timeline::Record(Kind kind, const std::string& name, const char* label, int rank) {
   std::vector<Event> one(1);
-  one[0] = Event{Now(), kind, rank, label, name, std::string()};
+  one[0] = Event{Now(), kind, JobRank(rank), label, RowName(name), std::string()};
   Push(std::move(one));
 }
 
@@ -144,7 +159,7 @@ void Timeline::RecordAll(Kind kind, const std::vector<TensorTableEntry*>& entrie
   std::vector<Event> events;
   events.reserve(entries.size());
   for (const auto* e : entries) {
-    if (e) events.push_back(Event{ts, kind, 0, label, e->request.name, std::string()});
+    if (e) events.push_back(Event{ts, kind, 0, label, RowName(e->request.name), std::string()});
   }
   Push(std::move(events));
 }
@@ -153,7 +168,8 @@ void Timeline::RecordResponses(const std::vector<Response>& responses) {
   const int64_t ts = Now();
   std::vector<Event> events;
   for (const auto& r : responses) {
-    for (const auto& n : r.names) {
+    for (const auto& name : r.names) {
+      const std::string n = RowName(name);
       events.push_back(Event{ts, kNegotiateEnd, 0, nullptr, n, std::string()});
       if (r.type == Response::kError) {
         events.push_back(Event{ts, kError, 0, nullptr, n, r.error});

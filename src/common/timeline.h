@@ -7,11 +7,11 @@
 //                    named by the rank ("0", "1", ...), when rank 0 received that rank's
 //                    request. Agreed through the response cache (args.via = "response
 //                    cache"): only rank 0's own readiness is known.
-//   <OP>             (ALLREDUCE, BROADCAST, ALLGATHER, ALLTOALL; args.dtype) from the agreement
+//   <OP>             (ALLREDUCE, BROADCAST, ALLGATHER, ALLTOALL, REDUCESCATTER; args.dtype) from the agreement
 //                    to completion on rank 0, holding the activities:
 //     QUEUE                      waiting behind the collectives ahead of it in the cycle
 //     MEMCPY_IN_FUSION_BUFFER    copy (and prescale) into the fusion buffer (fused groups)
-//     MPI_ALLREDUCE, MPI_BCAST, MPI_ALLGATHER, MPI_ALLTOALL   the MPI call(s)
+//     MPI_ALLREDUCE, MPI_BCAST, MPI_ALLGATHER, MPI_ALLTOALL, MPI_REDUCE_SCATTER   the MPI call(s)
 //     MEMCPY_OUT_FUSION_BUFFER   (postscale and) copy out of the fusion buffer
 //   ERROR            instant event with args.error, for a negotiated error.
 // With mark_cycles, an instant CYCLE_START (global scope) marks each cycle that ran
@@ -43,9 +43,9 @@ namespace mxhorovod {
 constexpr const char* kActivityQueue = "QUEUE";
 constexpr const char* kActivityMemcpyIn = "MEMCPY_IN_FUSION_BUFFER";
 constexpr const char* kActivityMemcpyOut = "MEMCPY_OUT_FUSION_BUFFER";
-// MPI_ALLREDUCE, MPI_BCAST, MPI_ALLGATHER or MPI_ALLTOALL.
+// MPI_ALLREDUCE, MPI_BCAST, MPI_ALLGATHER, MPI_ALLTOALL or MPI_REDUCE_SCATTER.
 const char* MPIActivityName(OpType op);
-// ALLREDUCE, BROADCAST, ALLGATHER or ALLTOALL (Horovod's response type names).
+// ALLREDUCE, BROADCAST, ALLGATHER, ALLTOALL, REDUCESCATTER (Horovod's response type names).
 const char* OpSpanName(OpType op);
 
 class Timeline {
@@ -95,6 +95,14 @@ class Timeline {
   void MarkCycle() {
     if (enabled() && mark_cycles_) Record(kCycle, std::string(), nullptr, 0);
   }
+  // The process set whose cycle the background thread runs now (0: the global set). Rows
+  // of the other sets are "<name> [process set <id>]" and their ranks are shown in the
+  // job's numbering (job_ranks[set rank]). Background thread only; job_ranks must live
+  // until the next call.
+  void SetProcessSet(int32_t id, const std::vector<int>* job_ranks) {
+    set_id_ = id;
+    set_ranks_ = job_ranks;
+  }
 
  private:
   enum Kind : uint8_t { kReady, kCached, kNegotiateEnd, kError, kOpStart, kActivityStart,
@@ -118,6 +126,8 @@ class Timeline {
 
   Timeline() = default;
   int64_t Now() const;
+  std::string RowName(const std::string& name) const;
+  int JobRank(int set_rank) const;
   void Record(Kind kind, const std::string& name, const char* label, int rank);
   void RecordAll(Kind kind, const std::vector<TensorTableEntry*>& entries, const char* label);
   void RecordResponses(const std::vector<Response>& responses);
@@ -130,6 +140,8 @@ class Timeline {
 
   std::atomic<bool> enabled_{false};
   bool mark_cycles_ = false;
+  int32_t set_id_ = 0;                         // background thread only
+  const std::vector<int>* set_ranks_ = nullptr;
   std::chrono::steady_clock::time_point start_;
 
   std::mutex control_mu_;        // serializes Start/Stop

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "common/executor.h"
 #include "common/operations.h"
 #include "mxnet/engine_op.h"
 #include "mxnet/ndarray.h"
@@ -25,13 +26,9 @@ std::string What(OpType t, const char* name) {
 }
 
 // Describes input and output, checks what this rank alone can check, and keeps both alive.
-Status MakeTensor(OpType type, void* input, void* output, const char* name, OpTensor* t) {
+Status MakeTensor(OpType type, const ProcessSet& set, void* input, void* output, const char* name,
+                  OpTensor* t) {
   const std::string what = What(type, name);
-  if (!IsInitialized()) {
-    std::string why = StopReason();
-    return Status::PreconditionError(what + ": mxhorovod is not initialized" +
-                                     (why.empty() ? "; call hvd.init() first" : " (" + why + ")"));
-  }
   if (name == nullptr || !*name) return Status::InvalidArgument(what + ": empty name");
   ArrayInfo in, out;
   Status s = Describe(input, what + " input", &in);
@@ -40,11 +37,23 @@ Status MakeTensor(OpType type, void* input, void* output, const char* name, OpTe
   if (in.dtype != out.dtype) return Status::InvalidArgument(what + ": input and output dtypes differ");
   bool same_rows = in.shape.size() == out.shape.size();
   for (size_t i = 1; same_rows && i < in.shape.size(); ++i) same_rows = in.shape[i] == out.shape[i];
-  if ((type == OpType::kAllreduce || type == OpType::kBroadcast) ? in.shape != out.shape : !same_rows) {
+  bool fits = same_rows;
+  if (type == OpType::kAllreduce || type == OpType::kBroadcast) {
+    fits = in.shape == out.shape;
+  } else if (type == OpType::kReducescatter) {
+    if (in.shape.empty()) {
+      return Status::InvalidArgument(what + ": a 0-d array has no dimension 0 to scatter");
+    }
+    fits = same_rows && out.shape[0] == ReducescatterRows(in.shape[0], set.size, set.rank);
+  }
+  if (!fits) {
     return Status::InvalidArgument(what + ": output shape " + ShapeString(out.shape) +
                                    " does not fit input shape " + ShapeString(in.shape));
   }
   t->in_place = (input == output);
+  if (t->in_place && type == OpType::kReducescatter) {
+    return Status::InvalidArgument(what + ": reducescatter cannot run in place");
+  }
   if (!t->in_place && ChunkIdentity(input) == ChunkIdentity(output)) {
     // Views of one buffer as read and write dependencies: the engine would wait on itself.
     return Status::InvalidArgument(what + ": input and output are views of the same buffer");
@@ -68,28 +77,42 @@ Status MakeTensor(OpType type, void* input, void* output, const char* name, OpTe
   return Status::OK();
 }
 
-Status CheckReduceOp(int op, const char* name) {
+Status CheckReduceOp(OpType type, int op, const char* name) {
   if (op == MXHOROVOD_ADASUM) {
-    return Status::InvalidArgument(What(OpType::kAllreduce, name) + ": Adasum is not supported by mxhorovod");
+    return Status::InvalidArgument(What(type, name) + ": Adasum is not supported by mxhorovod");
   }
   if (op < 0 || op > MXHOROVOD_PRODUCT) {
-    return Status::InvalidArgument(What(OpType::kAllreduce, name) + ": unknown reduce op " + std::to_string(op));
+    return Status::InvalidArgument(What(type, name) + ": unknown reduce op " + std::to_string(op));
+  }
+  if (type == OpType::kReducescatter && op != MXHOROVOD_SUM && op != MXHOROVOD_AVERAGE) {
+    return Status::InvalidArgument(What(type, name) + ": only Sum and Average are supported, not " +
+                                   ReduceOpName(static_cast<ReduceOp>(op)));
   }
   return Status::OK();
 }
 
-int GroupedAllreduce(void** inputs, void** outputs, int num, const char** names, int reduce_op,
-                     double prescale, double postscale, int priority) {
-  if (num <= 0) return Fail(Status::InvalidArgument("grouped allreduce: no tensors given"));
+// One engine operation over num tensors of one kind (a single call is a group of one).
+int Grouped(OpType type, void** inputs, void** outputs, int num, const char** names, int reduce_op,
+            double prescale, double postscale, int priority, int process_set_id) {
+  const std::string kind = num == 1 ? OpTypeName(type) : std::string("grouped ") + OpTypeName(type);
+  if (num <= 0) return Fail(Status::InvalidArgument(kind + ": no tensors given"));
   auto op = std::make_unique<EngineOp>();
+  Status s = MemberSet(process_set_id, What(type, names[0]), &op->set);
+  if (!s.ok()) return Fail(s);
+  const bool reduces = type == OpType::kAllreduce || type == OpType::kReducescatter;
   for (int i = 0; i < num; ++i) {
-    Status s = CheckReduceOp(reduce_op, names[i]);
+    if (reduces) {
+      s = CheckReduceOp(type, reduce_op, names[i]);
+      if (!s.ok()) return Fail(s);
+    }
     OpTensor t;
-    if (s.ok()) s = MakeTensor(OpType::kAllreduce, inputs[i], outputs[i], names[i], &t);
+    s = MakeTensor(type, *op->set, inputs[i], outputs[i], names[i], &t);
     if (!s.ok()) return Fail(s);
-    t.request.reduce_op = static_cast<ReduceOp>(reduce_op);
-    t.request.prescale = prescale;
-    t.request.postscale = postscale;
+    if (reduces) {
+      t.request.reduce_op = static_cast<ReduceOp>(reduce_op);
+      t.request.prescale = prescale;
+      t.request.postscale = postscale;
+    }
     op->tensors.push_back(std::move(t));
   }
   // The engine hangs on an array listed twice; refuse a handle given twice (the Python
@@ -98,13 +121,16 @@ int GroupedAllreduce(void** inputs, void** outputs, int num, const char** names,
     for (int j = 0; j < i; ++j) {
       if (ChunkIdentity(outputs[i]) == ChunkIdentity(outputs[j]) ||
           ChunkIdentity(inputs[i]) == ChunkIdentity(inputs[j]) ||
-          ChunkIdentity(inputs[i]) == ChunkIdentity(outputs[j])) {
-        return Fail(Status::InvalidArgument("grouped allreduce: '" + std::string(names[i]) + "' and '" +
+          ChunkIdentity(inputs[i]) == ChunkIdentity(outputs[j]) ||
+          ChunkIdentity(outputs[i]) == ChunkIdentity(inputs[j])) {
+        return Fail(Status::InvalidArgument(kind + ": '" + std::string(names[i]) + "' and '" +
                                             names[j] + "' are the same array or views of one buffer"));
       }
     }
   }
-  Status s = Push(std::move(op), priority, num == 1 ? "HorovodAllreduce" : "HorovodGroupedAllreduce");
+  static const char* kOprNames[] = {"HorovodAllreduce", "HorovodAllgather", "HorovodBroadcast",
+                                    "HorovodAlltoall", "HorovodReducescatter"};
+  s = Push(std::move(op), priority, kOprNames[static_cast<int>(type)]);
   return s.ok() ? 0 : Fail(s);
 }
 
@@ -121,63 +147,81 @@ const char* MXHorovodGetLastError(void) { return last_error.c_str(); }
 
 int MXWaitforHorovodAllreduce(MXHNDArrayHandle input, MXHNDArrayHandle output, const char* name,
                               int reduce_op, double prescale_factor, double postscale_factor,
-                              int priority) {
-  return GroupedAllreduce(&input, &output, 1, &name, reduce_op, prescale_factor, postscale_factor,
-                          priority);
+                              int priority, int process_set_id) {
+  return Grouped(OpType::kAllreduce, &input, &output, 1, &name, reduce_op, prescale_factor,
+                 postscale_factor, priority, process_set_id);
 }
 
 int MXWaitforHorovodGroupedAllreduce(MXHNDArrayHandle* inputs, MXHNDArrayHandle* outputs, int num,
                                      const char** names, int reduce_op, double prescale_factor,
-                                     double postscale_factor, int priority) {
-  return GroupedAllreduce(inputs, outputs, num, names, reduce_op, prescale_factor, postscale_factor,
-                          priority);
+                                     double postscale_factor, int priority, int process_set_id) {
+  return Grouped(OpType::kAllreduce, inputs, outputs, num, names, reduce_op, prescale_factor,
+                 postscale_factor, priority, process_set_id);
+}
+
+int MXWaitforHorovodReducescatter(MXHNDArrayHandle input, MXHNDArrayHandle output, const char* name,
+                                  int reduce_op, double prescale_factor, double postscale_factor,
+                                  int priority, int process_set_id) {
+  return Grouped(OpType::kReducescatter, &input, &output, 1, &name, reduce_op, prescale_factor,
+                 postscale_factor, priority, process_set_id);
+}
+
+int MXWaitforHorovodGroupedReducescatter(MXHNDArrayHandle* inputs, MXHNDArrayHandle* outputs,
+                                         int num, const char** names, int reduce_op,
+                                         double prescale_factor, double postscale_factor,
+                                         int priority, int process_set_id) {
+  return Grouped(OpType::kReducescatter, inputs, outputs, num, names, reduce_op, prescale_factor,
+                 postscale_factor, priority, process_set_id);
+}
+
+int MXWaitforHorovodAllgather(MXHNDArrayHandle input, MXHNDArrayHandle output, const char* name,
+                              int priority, int process_set_id) {
+  return Grouped(OpType::kAllgather, &input, &output, 1, &name, 0, 1.0, 1.0, priority,
+                 process_set_id);
+}
+
+int MXWaitforHorovodGroupedAllgather(MXHNDArrayHandle* inputs, MXHNDArrayHandle* outputs, int num,
+                                     const char** names, int priority, int process_set_id) {
+  return Grouped(OpType::kAllgather, inputs, outputs, num, names, 0, 1.0, 1.0, priority,
+                 process_set_id);
 }
 
 int MXWaitforHorovodBroadcast(MXHNDArrayHandle input, MXHNDArrayHandle output, const char* name,
-                              int root_rank, int priority) {
+                              int root_rank, int priority, int process_set_id) {
   auto op = std::make_unique<EngineOp>();
-  OpTensor t;
-  Status s = MakeTensor(OpType::kBroadcast, input, output, name, &t);
+  Status s = MemberSet(process_set_id, What(OpType::kBroadcast, name), &op->set);
   if (!s.ok()) return Fail(s);
-  int size = GetTopology().size;
+  const int size = op->set->size;
   if (root_rank < 0 || root_rank >= size) {
-    FreeHandle(t.input);
-    if (!t.in_place) FreeHandle(t.output);
     return Fail(Status::InvalidArgument(What(OpType::kBroadcast, name) + ": root_rank " +
-                                        std::to_string(root_rank) + " is not a rank of this job (size " +
-                                        std::to_string(size) + ")"));
+                                        std::to_string(root_rank) + " is not a rank of " +
+                                        op->set->Describe() + " (size " + std::to_string(size) + ")"));
   }
+  OpTensor t;
+  s = MakeTensor(OpType::kBroadcast, *op->set, input, output, name, &t);
+  if (!s.ok()) return Fail(s);
   t.request.root_rank = root_rank;
   op->tensors.push_back(std::move(t));
   s = Push(std::move(op), priority, "HorovodBroadcast");
   return s.ok() ? 0 : Fail(s);
 }
 
-int MXWaitforHorovodAllgather(MXHNDArrayHandle input, MXHNDArrayHandle output, const char* name,
-                              int priority) {
-  auto op = std::make_unique<EngineOp>();
-  OpTensor t;
-  Status s = MakeTensor(OpType::kAllgather, input, output, name, &t);
-  if (!s.ok()) return Fail(s);
-  op->tensors.push_back(std::move(t));
-  s = Push(std::move(op), priority, "HorovodAllgather");
-  return s.ok() ? 0 : Fail(s);
-}
-
 int MXWaitforHorovodAlltoall(MXHNDArrayHandle input, MXHNDArrayHandle output, const char* name,
                              const int64_t* splits, const int64_t* recv_splits, int num_splits,
-                             int priority) {
+                             int priority, int process_set_id) {
   auto op = std::make_unique<EngineOp>();
-  OpTensor t;
-  Status s = MakeTensor(OpType::kAlltoall, input, output, name, &t);
+  Status s = MemberSet(process_set_id, What(OpType::kAlltoall, name), &op->set);
   if (!s.ok()) return Fail(s);
-  op->tensors.push_back(std::move(t));
-  OpTensor& ot = op->tensors.back();
-  int size = GetTopology().size;
+  const int size = op->set->size;
   if (num_splits != size) {
     return Fail(Status::InvalidArgument(What(OpType::kAlltoall, name) + ": " + std::to_string(num_splits) +
                                         " splits given for " + std::to_string(size) + " ranks"));
   }
+  OpTensor t;
+  s = MakeTensor(OpType::kAlltoall, *op->set, input, output, name, &t);
+  if (!s.ok()) return Fail(s);
+  op->tensors.push_back(std::move(t));
+  OpTensor& ot = op->tensors.back();
   int64_t rows = 0;
   for (int i = 0; i < num_splits; ++i) {
     if (splits[i] < 0 || recv_splits[i] < 0) {
@@ -185,10 +229,10 @@ int MXWaitforHorovodAlltoall(MXHNDArrayHandle input, MXHNDArrayHandle output, co
     }
     rows += splits[i];
   }
-  if (rows > ot.request.shape[0]) {
+  if (ot.request.shape.empty() || rows > ot.request.shape[0]) {
     return Fail(Status::InvalidArgument(What(OpType::kAlltoall, name) + ": splits add up to " +
                                         std::to_string(rows) + " rows but the tensor has " +
-                                        std::to_string(ot.request.shape[0])));
+                                        std::to_string(ot.request.shape.empty() ? 0 : ot.request.shape[0])));
   }
   ot.request.splits.assign(splits, splits + num_splits);
   ot.recv_splits.assign(recv_splits, recv_splits + num_splits);

@@ -25,9 +25,10 @@ struct EngineCallback {
 // Completes the engine operation once every tensor of the call is done.
 class Completion {
  public:
-  Completion(EngineCallback cb, size_t n) : cb_(cb), remaining_(n) {}
+  Completion(EngineCallback cb, size_t n, std::shared_ptr<ProcessSet> set)
+      : cb_(cb), remaining_(n), set_(std::move(set)) {}
   void Done(const std::string& name, const Status& s) {
-    Queue().Release(name);
+    set_->queue.Release(name);
     {
       std::lock_guard<std::mutex> lk(mu_);
       if (!s.ok() && error_.empty()) error_ = s.reason();
@@ -52,6 +53,7 @@ class Completion {
   }
   EngineCallback cb_;
   std::atomic<size_t> remaining_;
+  std::shared_ptr<ProcessSet> set_;
   std::mutex mu_;
   std::string error_;
 };
@@ -65,13 +67,13 @@ void RunOp(void* /*rctx*/, void* on_complete, void* param) {
   auto* op = static_cast<EngineOp*>(param);
   EngineCallback cb;
   std::memcpy(&cb, on_complete, sizeof(cb));
-  auto done = std::make_shared<Completion>(cb, op->tensors.size());
+  auto done = std::make_shared<Completion>(cb, op->tensors.size(), op->set);
   // Names are reserved in engine order, not at the call: a training loop reuses one name
   // per gradient every step, and the engine runs step k+1's operation on an array only
   // after step k's completed (and released the name), as in Horovod.
   std::vector<std::string> names;
   for (const auto& t : op->tensors) names.push_back(t.request.name);
-  Status reserved = Queue().Reserve(names);
+  Status reserved = op->set->queue.Reserve(names);
   if (!reserved.ok()) {
     done->Fail(reserved.reason());
     return;
@@ -81,6 +83,7 @@ void RunOp(void* /*rctx*/, void* on_complete, void* param) {
     const OpTensor& t = op->tensors[i];
     TensorTableEntry& e = entries[i];
     e.request = t.request;
+    e.request.process_set_id = op->set->id;
     e.recv_splits = t.recv_splits;
     Status s = DataAtRun(t.input, What(t.request), &e.input.data);
     if (s.ok() && !t.in_place) s = DataAtRun(t.output, What(t.request), &e.output.data);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/common.h"
+#include "common/process_set.h"
 
 namespace mxhorovod {
 namespace mx {
@@ -23,6 +24,7 @@ struct OpTensor {
 };
 
 struct EngineOp {
+  std::shared_ptr<ProcessSet> set;  // where the tensors are negotiated
   std::vector<OpTensor> tensors;
   ~EngineOp();
 };

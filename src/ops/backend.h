@@ -24,6 +24,10 @@ class Backend {
   // send_bytes[r] go to rank r (consecutive blocks); recv_bytes[r] come from rank r.
   virtual Status Alltoallv(const void* send, const std::vector<int64_t>& send_bytes,
                            void* recv, const std::vector<int64_t>& recv_bytes) = 0;
+  // send holds sum(recv_counts) elements in rank blocks; recv gets this rank's block of the
+  // reduction (recv_counts[rank] elements).
+  virtual Status Reducescatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
+                               DataType dtype, ReduceOp op) = 0;
 };
 
 }  // namespace mxhorovod

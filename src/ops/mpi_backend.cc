@@ -91,11 +91,16 @@ Status MPIBackend::Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp 
   char* p = static_cast<char*>(buf);
   for (int64_t done = 0; done < count; done += per_call) {
     int n = static_cast<int>(std::min(per_call, count - done));
-    MPI_Request req;
-    auto s = Check(MPI_Iallreduce(MPI_IN_PLACE, p + done * esize, n, Type(dtype), Op(dtype, op),
-                                  comm_, &req), "MPI_Iallreduce");
-    if (!s.ok()) return s;
-    s = WaitRequest(&req, "MPI_Iallreduce");
+    Status s;
+    if (GetWaitPolicy().blocking_data) {
+      s = Check(MPI_Allreduce(MPI_IN_PLACE, p + done * esize, n, Type(dtype), Op(dtype, op), comm_),
+                "MPI_Allreduce");
+    } else {
+      MPI_Request req;
+      s = Check(MPI_Iallreduce(MPI_IN_PLACE, p + done * esize, n, Type(dtype), Op(dtype, op), comm_,
+                               &req), "MPI_Iallreduce");
+      if (s.ok()) s = WaitRequest(&req, "MPI_Iallreduce");
+    }
     if (!s.ok()) return s;
   }
   return Status::OK();
@@ -105,10 +110,14 @@ Status MPIBackend::Broadcast(void* buf, int64_t bytes, int root) {
   char* p = static_cast<char*>(buf);
   for (int64_t done = 0; done < bytes; done += slice_bytes_) {
     int n = static_cast<int>(std::min(slice_bytes_, bytes - done));
-    MPI_Request req;
-    auto s = Check(MPI_Ibcast(p + done, n, MPI_BYTE, root, comm_, &req), "MPI_Ibcast");
-    if (!s.ok()) return s;
-    s = WaitRequest(&req, "MPI_Ibcast");
+    Status s;
+    if (GetWaitPolicy().blocking_data) {
+      s = Check(MPI_Bcast(p + done, n, MPI_BYTE, root, comm_), "MPI_Bcast");
+    } else {
+      MPI_Request req;
+      s = Check(MPI_Ibcast(p + done, n, MPI_BYTE, root, comm_, &req), "MPI_Ibcast");
+      if (s.ok()) s = WaitRequest(&req, "MPI_Ibcast");
+    }
     if (!s.ok()) return s;
   }
   return Status::OK();
@@ -138,6 +147,23 @@ Status MPIBackend::Alltoallv(const void* send, const std::vector<int64_t>& send_
                            rdispls.data(), MPI_BYTE, comm_, &req), "MPI_Ialltoallv");
   if (!s.ok()) return s;
   return WaitRequest(&req, "MPI_Ialltoallv");
+}
+
+Status MPIBackend::Reducescatter(const void* send, void* recv,
+                                 const std::vector<int64_t>& recv_counts, DataType dtype,
+                                 ReduceOp op) {
+  std::vector<int> counts, displs;
+  auto s = ToIntCounts(recv_counts, &counts, &displs, "reducescatter");
+  if (!s.ok()) return s;
+  if (GetWaitPolicy().blocking_data) {
+    return Check(MPI_Reduce_scatter(send, recv, counts.data(), Type(dtype), Op(dtype, op), comm_),
+                 "MPI_Reduce_scatter");
+  }
+  MPI_Request req;
+  s = Check(MPI_Ireduce_scatter(send, recv, counts.data(), Type(dtype), Op(dtype, op), comm_, &req),
+            "MPI_Ireduce_scatter");
+  if (!s.ok()) return s;
+  return WaitRequest(&req, "MPI_Ireduce_scatter");
 }
 
 }  // namespace mxhorovod

@@ -16,12 +16,15 @@ class MPIBackend : public Backend {
   MPIBackend(MPI_Comm comm, int64_t slice_bytes);
   ~MPIBackend() override;
   const char* name() const override { return "MPI"; }
+  void set_slice_bytes(int64_t bytes) { slice_bytes_ = bytes > 0 ? bytes : slice_bytes_; }
   Status Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp op) override;
   Status Broadcast(void* buf, int64_t bytes, int root) override;
   Status Allgatherv(const void* send, int64_t send_bytes, void* recv,
                     const std::vector<int64_t>& recv_bytes) override;
   Status Alltoallv(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
                    const std::vector<int64_t>& recv_bytes) override;
+  Status Reducescatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
+                       DataType dtype, ReduceOp op) override;
 
  private:
   MPI_Datatype Type(DataType t) const;

@@ -12,6 +12,7 @@ WaitPolicy g_policy;
 }
 
 void SetWaitPolicy(const WaitPolicy& p) { g_policy = p; }
+const WaitPolicy& GetWaitPolicy() { return g_policy; }
 
 std::string MPIErrorString(int code) {
   char buf[MPI_MAX_ERROR_STRING];

@@ -13,10 +13,15 @@ namespace mxhorovod {
 struct WaitPolicy {
   int spins = 64;           // MPI_Test + sched_yield rounds before the first sleep
   int max_sleep_us = 200;   // cap of the exponential pause
+  // Data-plane calls (after negotiation every rank is there): MPI's blocking calls, which
+  // poll at full speed and reach mpi4py's speed. Off when ranks outnumber cores: a polling
+  // rank would then steal the core of the peer it waits for.
+  bool blocking_data = true;
 };
 
 // Sets the policy for this process (before the background thread starts).
 void SetWaitPolicy(const WaitPolicy& p);
+const WaitPolicy& GetWaitPolicy();
 // Waits for *req; `what` names the operation in the error if MPI reports one.
 Status WaitRequest(MPI_Request* req, const char* what);
 // MPI's error text for a return code.

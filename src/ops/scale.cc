@@ -1,45 +1,63 @@
 #include "scale.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace mxhorovod {
 namespace {
 
+// Each helper reads src and writes dst (the same pointer for in-place scaling).
 template <typename T>
-void ScaleInt(T* p, int64_t n, double factor, int divisor) {
+void ScaleInt(T* dst, const T* src, int64_t n, double factor, int divisor) {
   const long double f = factor, d = divisor;
-  for (int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(static_cast<long double>(p[i]) * f / d);
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<T>(static_cast<long double>(src[i]) * f / d);
 }
 
-void ScaleHalf(_Float16* p, int64_t n, double f) {
+void ScaleHalf(_Float16* dst, const _Float16* src, int64_t n, double f) {
   const float ff = static_cast<float>(f);
-  for (int64_t i = 0; i < n; ++i) p[i] = static_cast<_Float16>(static_cast<float>(p[i]) * ff);
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<_Float16>(static_cast<float>(src[i]) * ff);
 }
 
-void ScaleFloat(float* p, int64_t n, double f) {
+template <typename T>
+void ScaleReal(T* dst, const T* src, int64_t n, double f) {
   // float32 scaled in float32: what MXNet's own elementwise ops give, and vectorizable.
-  const float ff = static_cast<float>(f);
-  for (int64_t i = 0; i < n; ++i) p[i] *= ff;
+  const T ff = static_cast<T>(f);
+  for (int64_t i = 0; i < n; ++i) dst[i] = src[i] * ff;
+}
+
+template <typename T>
+T* As(void* p) { return static_cast<T*>(p); }
+template <typename T>
+const T* As(const void* p) { return static_cast<const T*>(p); }
+
+void Scale(void* dst, const void* src, int64_t count, DataType dtype, double factor, int divisor) {
+  const double f = factor / divisor;
+  switch (dtype) {
+    case DataType::kFloat32: ScaleReal(As<float>(dst), As<float>(src), count, f); break;
+    case DataType::kFloat64: ScaleReal(As<double>(dst), As<double>(src), count, f); break;
+    case DataType::kFloat16: ScaleHalf(As<_Float16>(dst), As<_Float16>(src), count, f); break;
+    case DataType::kUInt8: ScaleInt(As<uint8_t>(dst), As<uint8_t>(src), count, factor, divisor); break;
+    case DataType::kInt8: ScaleInt(As<int8_t>(dst), As<int8_t>(src), count, factor, divisor); break;
+    case DataType::kInt32: ScaleInt(As<int32_t>(dst), As<int32_t>(src), count, factor, divisor); break;
+    case DataType::kInt64: ScaleInt(As<int64_t>(dst), As<int64_t>(src), count, factor, divisor); break;
+  }
 }
 
 }  // namespace
 
 void ScaleBuffer(void* buf, int64_t count, DataType dtype, double factor, int divisor) {
   if ((factor == 1.0 && divisor == 1) || count == 0) return;
-  const double f = factor / divisor;
-  switch (dtype) {
-    case DataType::kFloat32: ScaleFloat(static_cast<float*>(buf), count, f); break;
-    case DataType::kFloat64: {
-      double* p = static_cast<double*>(buf);
-      for (int64_t i = 0; i < count; ++i) p[i] *= f;
-      break;
-    }
-    case DataType::kFloat16: ScaleHalf(static_cast<_Float16*>(buf), count, f); break;
-    case DataType::kUInt8: ScaleInt(static_cast<uint8_t*>(buf), count, factor, divisor); break;
-    case DataType::kInt8: ScaleInt(static_cast<int8_t*>(buf), count, factor, divisor); break;
-    case DataType::kInt32: ScaleInt(static_cast<int32_t*>(buf), count, factor, divisor); break;
-    case DataType::kInt64: ScaleInt(static_cast<int64_t*>(buf), count, factor, divisor); break;
+  Scale(buf, buf, count, dtype, factor, divisor);
+}
+
+void ScaleCopy(void* dst, const void* src, int64_t count, DataType dtype, double factor,
+               int divisor) {
+  if (count == 0) return;
+  if (factor == 1.0 && divisor == 1) {
+    if (dst != src) std::memcpy(dst, src, count * DTypeSize(dtype));
+    return;
   }
+  Scale(dst, src, count, dtype, factor, divisor);
 }
 
 void ReduceFloat16(const void* in_v, void* inout_v, int64_t n, ReduceOp op) {

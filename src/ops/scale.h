@@ -15,6 +15,11 @@ namespace mxhorovod {
 // zero, as Horovod's integer Average does. No-op when factor / divisor == 1.
 void ScaleBuffer(void* buf, int64_t count, DataType dtype, double factor, int divisor = 1);
 
+// dst[i] = src[i] scaled as ScaleBuffer does, in one pass (the fusion buffer's pack and
+// unpack copies carry prescale and postscale/Average this way); memcpy when no-op.
+void ScaleCopy(void* dst, const void* src, int64_t count, DataType dtype, double factor,
+               int divisor = 1);
+
 // inout[i] = op(in[i], inout[i]) on IEEE float16 values (computed in float32, rounded back).
 void ReduceFloat16(const void* in, void* inout, int64_t count, ReduceOp op);
 

@@ -26,13 +26,47 @@ void Check(int rc) {
   if (rc != 0) throw py::value_error(MXHorovodGetLastError());
 }
 
-void Init(int64_t comm_f2c, const std::vector<int>& ranks) {
+void Raise(const Status& s) {
+  if (!s.ok()) throw py::value_error(s.reason());
+}
+
+void Init(int64_t comm_f2c, const std::vector<int>& ranks,
+          const std::vector<std::vector<int>>& process_sets, bool dynamic) {
   Status s;
   {
     py::gil_scoped_release nogil;
-    s = Initialize(comm_f2c, ranks);
+    s = Initialize(comm_f2c, ranks, process_sets, dynamic);
   }
-  if (!s.ok()) throw py::value_error(s.reason());
+  Raise(s);
+}
+
+using Grouped = int (*)(void**, void**, int, const char**, int, double, double, int, int);
+
+// The grouped entry points of the C API, one per collective kind.
+int GroupedAllgather(void** in, void** out, int n, const char** names, int, double, double,
+                     int priority, int ps) {
+  return MXWaitforHorovodGroupedAllgather(in, out, n, names, priority, ps);
+}
+
+void CallGrouped(Grouped fn, const char* what, const std::vector<uintptr_t>& ins,
+                 const std::vector<uintptr_t>& outs, const std::vector<std::string>& names, int op,
+                 double pre, double post, int priority, int ps) {
+  if (ins.size() != outs.size() || ins.size() != names.size()) {
+    throw py::value_error(std::string(what) + ": inputs, outputs and names differ in length");
+  }
+  std::vector<void*> in, out;
+  std::vector<const char*> cnames;
+  for (size_t i = 0; i < ins.size(); ++i) {
+    in.push_back(H(ins[i]));
+    out.push_back(H(outs[i]));
+    cnames.push_back(names[i].c_str());
+  }
+  int rc;
+  {
+    py::gil_scoped_release nogil;
+    rc = fn(in.data(), out.data(), (int)in.size(), cnames.data(), op, pre, post, priority, ps);
+  }
+  Check(rc);
 }
 
 py::tuple TopologyTuple() {
@@ -44,7 +78,8 @@ py::tuple TopologyTuple() {
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "mxhorovod core: background thread, negotiation, fusion, MPI (internal)";
-  m.def("init", &Init, py::arg("comm_f2c") = kWorldComm, py::arg("ranks") = std::vector<int>());
+  m.def("init", &Init, py::arg("comm_f2c") = kWorldComm, py::arg("ranks") = std::vector<int>(),
+        py::arg("process_sets") = std::vector<std::vector<int>>(), py::arg("dynamic") = false);
   m.attr("WORLD_COMM") = kWorldComm;
   m.def("shutdown", [] { py::gil_scoped_release nogil; Shutdown(); });
   m.def("finalize_mpi", [] { py::gil_scoped_release nogil; FinalizeMPI(); });
@@ -55,7 +90,7 @@ PYBIND11_MODULE(_core, m) {
       py::gil_scoped_release nogil;
       s = mx::ResolveLayout(reinterpret_cast<void*>(h));
     }
-    if (!s.ok()) throw py::value_error(s.reason());
+    Raise(s);
   }, "Back to MXNet's default layout (after wait_to_read(); MKLDNN weights)");
   m.def("stop_reason", &StopReason);
   // Rank 0 records (as in Horovod); on the other ranks these are no-ops.
@@ -71,61 +106,71 @@ PYBIND11_MODULE(_core, m) {
   m.def("install_signal_reports", &InstallSignalReports);
   m.def("topology", &TopologyTuple, "(rank, size, local_rank, local_size, cross_rank, cross_size)");
   m.def("mpi_threads_supported", &MPIThreadsSupported);
-  m.def("allreduce", [](uintptr_t in, uintptr_t out, const std::string& name, int op, double pre,
-                        double post, int priority) {
-    int rc;
+  m.def("process_sets", [] {
+    py::list out;
+    for (const auto& ps : ProcessSets()) {
+      out.append(py::make_tuple(ps->id, ps->ranks, ps->included, ps->rank, ps->size));
+    }
+    return out;
+  }, "[(id, ranks, included, rank in set or -1, size)] of the registered sets");
+  m.def("add_process_set", [](const std::vector<int>& ranks) {
+    int32_t id = -1;
+    Status s;
     {
       py::gil_scoped_release nogil;
-      rc = MXWaitforHorovodAllreduce(H(in), H(out), name.c_str(), op, pre, post, priority);
+      s = AddProcessSet(ranks, &id);
     }
-    Check(rc);
+    Raise(s);
+    return id;
+  });
+  m.def("remove_process_set", [](int32_t id) {
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = RemoveProcessSet(id);
+    }
+    Raise(s);
+  });
+  m.def("allreduce", [](uintptr_t in, uintptr_t out, const std::string& name, int op, double pre,
+                        double post, int priority, int ps) {
+    CallGrouped(&MXWaitforHorovodGroupedAllreduce, "allreduce", {in}, {out}, {name}, op, pre, post,
+                priority, ps);
   });
   m.def("grouped_allreduce", [](const std::vector<uintptr_t>& ins, const std::vector<uintptr_t>& outs,
                                 const std::vector<std::string>& names, int op, double pre, double post,
-                                int priority) {
-    if (ins.size() != outs.size() || ins.size() != names.size()) {
-      throw py::value_error("grouped_allreduce: inputs, outputs and names differ in length");
-    }
-    std::vector<void*> in, out;
-    std::vector<const char*> cnames;
-    for (size_t i = 0; i < ins.size(); ++i) {
-      in.push_back(H(ins[i]));
-      out.push_back(H(outs[i]));
-      cnames.push_back(names[i].c_str());
-    }
-    int rc;
-    {
-      py::gil_scoped_release nogil;
-      rc = MXWaitforHorovodGroupedAllreduce(in.data(), out.data(), (int)in.size(), cnames.data(), op,
-                                            pre, post, priority);
-    }
-    Check(rc);
+                                int priority, int ps) {
+    CallGrouped(&MXWaitforHorovodGroupedAllreduce, "grouped_allreduce", ins, outs, names, op, pre,
+                post, priority, ps);
   });
-  m.def("broadcast", [](uintptr_t in, uintptr_t out, const std::string& name, int root, int priority) {
-    int rc;
-    {
-      py::gil_scoped_release nogil;
-      rc = MXWaitforHorovodBroadcast(H(in), H(out), name.c_str(), root, priority);
-    }
-    Check(rc);
+  m.def("grouped_reducescatter", [](const std::vector<uintptr_t>& ins,
+                                    const std::vector<uintptr_t>& outs,
+                                    const std::vector<std::string>& names, int op, double pre,
+                                    double post, int priority, int ps) {
+    CallGrouped(&MXWaitforHorovodGroupedReducescatter, "grouped_reducescatter", ins, outs, names,
+                op, pre, post, priority, ps);
   });
-  m.def("allgather", [](uintptr_t in, uintptr_t out, const std::string& name, int priority) {
+  m.def("grouped_allgather", [](const std::vector<uintptr_t>& ins, const std::vector<uintptr_t>& outs,
+                                const std::vector<std::string>& names, int priority, int ps) {
+    CallGrouped(&GroupedAllgather, "grouped_allgather", ins, outs, names, 0, 1.0, 1.0, priority, ps);
+  });
+  m.def("broadcast", [](uintptr_t in, uintptr_t out, const std::string& name, int root, int priority,
+                        int ps) {
     int rc;
     {
       py::gil_scoped_release nogil;
-      rc = MXWaitforHorovodAllgather(H(in), H(out), name.c_str(), priority);
+      rc = MXWaitforHorovodBroadcast(H(in), H(out), name.c_str(), root, priority, ps);
     }
     Check(rc);
   });
   m.def("alltoall", [](uintptr_t in, uintptr_t out, const std::string& name,
                        const std::vector<int64_t>& splits, const std::vector<int64_t>& recv_splits,
-                       int priority) {
+                       int priority, int ps) {
     if (splits.size() != recv_splits.size()) throw py::value_error("alltoall: splits sizes differ");
     int rc;
     {
       py::gil_scoped_release nogil;
       rc = MXWaitforHorovodAlltoall(H(in), H(out), name.c_str(), splits.data(), recv_splits.data(),
-                                    (int)splits.size(), priority);
+                                    (int)splits.size(), priority, ps);
     }
     Check(rc);
   });

@@ -1,0 +1,212 @@
+"""Process sets: collectives among a subset of the ranks (Horovod 0.28's API).
+
+    even = hvd.ProcessSet([0, 2])
+    hvd.init(process_sets=[even])          # every rank passes the same list
+    if even.included():
+        hvd.allreduce(x, process_set=even)  # negotiated among ranks 0 and 2 only
+
+A set negotiates and runs on its own MPI communicator, with its own coordinator (its
+lowest rank), response cache and fusion buffer, so a collective on {0, 2} never waits for
+rank 1 to submit anything. Inside a set, ranks are numbered 0..size-1 in ascending order
+of the job ranks: ``root_rank`` of a broadcast, the order of allgather and alltoall and the
+blocks of reducescatter all use that numbering (as Horovod does).
+
+Sets can also be added and removed after ``init`` when ``HOROVOD_DYNAMIC_PROCESS_SETS=1``
+is set (or ``init(process_sets="dynamic")``): every rank of the job must call
+``add_process_set`` / ``remove_process_set`` with the same arguments in the same order.
+"""
+from mxhorovod import _core
+
+__all__ = ["ProcessSet", "global_process_set", "add_process_set", "remove_process_set"]
+
+
+class ProcessSet:
+    """A set of ranks of the job, given as a list of ranks or an mpi4py communicator
+    (its ranks in MPI_COMM_WORLD).
+
+    Attributes:
+        process_set_id: int once registered (0 for the global set), else None.
+        ranks: the job ranks, ascending (None for the global set before init).
+        mpi_comm: the mpi4py communicator it was made from, if any.
+    """
+
+    def __init__(self, ranks_or_comm):
+        self.process_set_id = None
+        self.mpi_comm = None
+        if hasattr(ranks_or_comm, "Get_group"):
+            from mpi4py import MPI
+            self.mpi_comm = ranks_or_comm
+            group = ranks_or_comm.Get_group()
+            ranks = MPI.Group.Translate_ranks(group, list(range(group.Get_size())),
+                                              MPI.COMM_WORLD.Get_group())
+        else:
+            try:
+                ranks = [int(r) for r in ranks_or_comm]
+            except TypeError:
+                raise TypeError("ProcessSet takes a list of ranks or an mpi4py communicator, "
+                                "not %s" % type(ranks_or_comm).__name__) from None
+        if len(set(ranks)) != len(ranks):
+            raise ValueError("ProcessSet(%r): a rank is listed twice" % (list(ranks),))
+        self.ranks = sorted(ranks)
+
+    def _info(self):
+        if self.process_set_id is None:
+            return None
+        for entry in _core.process_sets():
+            if entry[0] == self.process_set_id:
+                return entry
+        return None
+
+    def size(self):
+        """Number of ranks in the set; None if the set is not registered (or not running)."""
+        info = self._info()
+        return None if info is None else info[4]
+
+    def rank(self):
+        """This process's rank within the set (0..size-1); None if the set is not
+        registered or this process is not a member."""
+        info = self._info()
+        return None if info is None or not info[2] else info[3]
+
+    def included(self):
+        """True if this process is a member; None if the set is not registered."""
+        info = self._info()
+        return None if info is None else bool(info[2])
+
+    def _invalidate(self):
+        self.process_set_id = None
+
+    def __eq__(self, other):
+        return isinstance(other, ProcessSet) and self.ranks == other.ranks
+
+    def __hash__(self):
+        return hash(tuple(self.ranks or ()))
+
+    def __str__(self):
+        return "ProcessSet(process_set_id=%s, ranks=%s, mpi_comm=%s)" % (
+            self.process_set_id, self.ranks, self.mpi_comm)
+
+    __repr__ = __str__
+
+
+class _GlobalProcessSet(ProcessSet):
+    """Every rank of the job; id 0; exists while mxhorovod runs."""
+
+    def __init__(self):
+        self.process_set_id = 0
+        self.mpi_comm = None
+        self._ranks = None
+
+    @property
+    def ranks(self):
+        info = self._info()
+        return None if info is None else list(info[1])
+
+    @ranks.setter
+    def ranks(self, value):  # ProcessSet.__init__ never runs here; kept for symmetry
+        self._ranks = value
+
+    def _invalidate(self):  # the global set is never removed
+        pass
+
+    def __eq__(self, other):
+        return isinstance(other, _GlobalProcessSet)
+
+    def __hash__(self):
+        return 0
+
+
+global_process_set = _GlobalProcessSet()
+
+
+def _id(process_set, what):
+    """The id to send to the core for ``process_set`` (checked to be a registered set)."""
+    if process_set is None or process_set is global_process_set:
+        return 0
+    if not isinstance(process_set, ProcessSet):
+        raise TypeError("%s: process_set must be an hvd.ProcessSet, not %s"
+                        % (what, type(process_set).__name__))
+    if process_set.process_set_id is None:
+        raise ValueError("%s: %s is not registered; pass it to hvd.init(process_sets=[...]) or "
+                         "hvd.add_process_set() first" % (what, process_set))
+    return process_set.process_set_id
+
+
+def _size(process_set, what):
+    """Number of ranks of a registered set (the job size for the global set)."""
+    pid = _id(process_set, what)
+    for entry in _core.process_sets():
+        if entry[0] == pid:
+            return entry[4]
+    if pid == 0:
+        raise ValueError("%s: Horovod has not been initialized; use hvd.init()." % what)
+    raise ValueError("%s: process set %d is not registered" % (what, pid))
+
+
+def _static(process_sets):
+    """init()'s ``process_sets`` argument as (list of ProcessSet, dynamic flag)."""
+    if process_sets is None:
+        return [], False
+    if isinstance(process_sets, str):
+        if process_sets != "dynamic":
+            raise ValueError("init(process_sets=%r): expected a list of ProcessSet or 'dynamic'"
+                             % process_sets)
+        return [], True
+    sets = []
+    for ps in process_sets:
+        if isinstance(ps, _GlobalProcessSet):
+            continue
+        if not isinstance(ps, ProcessSet):
+            ps = ProcessSet(ps)
+        sets.append(ps)
+    if len(set(tuple(p.ranks) for p in sets)) != len(sets):
+        raise ValueError("init(process_sets=...): the same ranks are listed in two sets")
+    return sets, False
+
+
+def _registered(sets):
+    """After init: gives the static sets their ids (1, 2, ... in list order)."""
+    ids = {tuple(entry[1]): entry[0] for entry in _core.process_sets()}
+    for ps in sets:
+        ps.process_set_id = ids.get(tuple(ps.ranks))  # None: init() was already running
+
+
+def add_process_set(process_set):
+    """Register a new process set on every rank; returns it (with its id).
+
+    Every rank of the job must call this with the same ranks, in the same order relative to
+    other add/remove calls; it blocks until all have. Needs HOROVOD_DYNAMIC_PROCESS_SETS=1
+    or ``init(process_sets="dynamic")``.
+
+    Args:
+        process_set: a ProcessSet or a list of ranks.
+    Raises:
+        ValueError: dynamic process sets are off, the set is already registered (or one
+            with the same ranks is), a rank is out of range or listed twice, or the ranks
+            disagree on the set (on every rank).
+    """
+    if not isinstance(process_set, ProcessSet):
+        process_set = ProcessSet(process_set)
+    if process_set.process_set_id is not None:
+        raise ValueError("Attempted to add process set that has been registered before: %s"
+                         % process_set)
+    process_set.process_set_id = _core.add_process_set(process_set.ranks)
+    return process_set
+
+
+def remove_process_set(process_set):
+    """Remove a registered process set on every rank (a collective like add_process_set).
+
+    Operations still pending on the set fail with an error saying it was removed. Returns
+    True when the set was removed, False when it was not registered.
+
+    Raises:
+        ValueError: the global process set, or dynamic process sets are off.
+    """
+    if process_set is global_process_set or isinstance(process_set, _GlobalProcessSet):
+        raise ValueError("remove_process_set: the global process set cannot be removed")
+    if not isinstance(process_set, ProcessSet) or process_set.process_set_id is None:
+        return False
+    _core.remove_process_set(process_set.process_set_id)
+    process_set._invalidate()
+    return True

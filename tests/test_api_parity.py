@@ -1,0 +1,135 @@
+"""What a horovod.mxnet 0.28 user can touch exists here with the same names, argument names
+and defaults, and the build introspection answers truthfully (one process, inside pytest)."""
+import inspect
+import warnings
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+import mxhorovod as hvd
+
+# horovod/mxnet/__init__.py (0.28.1): every public name a script may use.
+HOROVOD_MXNET_NAMES = """
+Compression allgather_object broadcast_object allgather grouped_allgather allreduce allreduce_
+grouped_allreduce grouped_allreduce_ alltoall broadcast broadcast_ reducescatter
+grouped_reducescatter init shutdown is_initialized size local_size cross_size rank local_rank
+cross_rank mpi_threads_supported mpi_enabled mpi_built gloo_enabled gloo_built nccl_built
+ddl_built ccl_built cuda_built rocm_built ProcessSet global_process_set add_process_set
+remove_process_set Average Sum Adasum Min Max Product DistributedOptimizer DistributedTrainer
+broadcast_parameters split_list is_homogeneous
+""".split()
+
+# Argument names and defaults of horovod.mxnet.mpi_ops 0.28.1 (keyword use must work).
+SIGNATURES = {
+    "allreduce": ["tensor", "average", "name", "priority", "prescale_factor", "postscale_factor",
+                  "op", "process_set"],
+    "grouped_allreduce": ["tensors", "average", "name", "priority", "prescale_factor",
+                          "postscale_factor", "op", "process_set"],
+    "broadcast": ["tensor", "root_rank", "name", "priority", "process_set"],
+    "allgather": ["tensor", "name", "priority", "process_set"],
+    "grouped_allgather": ["tensors", "name", "priority", "process_set"],
+    "alltoall": ["tensor", "splits", "name", "priority", "process_set"],
+    "reducescatter": ["tensor", "op", "name", "priority", "process_set", "prescale_factor",
+                      "postscale_factor"],
+    "grouped_reducescatter": ["tensors", "op", "name", "priority", "process_set",
+                              "prescale_factor", "postscale_factor"],
+    "init": ["comm", "process_sets"],
+}
+
+
+@pytest.mark.parametrize("name", HOROVOD_MXNET_NAMES)
+def test_public_name_exists(name):
+    assert hasattr(hvd, name), "horovod.mxnet.%s is missing from mxhorovod" % name
+
+
+@pytest.mark.parametrize("fn", sorted(SIGNATURES))
+def test_argument_names(fn):
+    params = inspect.signature(getattr(hvd, fn)).parameters
+    for arg in SIGNATURES[fn]:
+        assert arg in params, "%s() lacks the argument %r" % (fn, arg)
+    if "process_set" in params:
+        assert params["process_set"].default is hvd.global_process_set
+
+
+def test_op_constants_follow_horovod_numbering():
+    assert (hvd.Average, hvd.Sum, hvd.Adasum, hvd.Min, hvd.Max, hvd.Product) == (0, 1, 2, 3, 4, 5)
+    assert inspect.signature(hvd.reducescatter).parameters["op"].default == hvd.Average
+
+
+def test_build_introspection_is_true_for_this_build():
+    from mxhorovod import _core
+    assert hvd.mpi_built() is True and hvd.mpi_enabled() is True
+    assert hvd.nccl_built() == 0 and isinstance(hvd.nccl_built(), int)
+    for fn in (hvd.gloo_built, hvd.gloo_enabled, hvd.ccl_built, hvd.ddl_built, hvd.cuda_built,
+               hvd.rocm_built):
+        assert fn() is False, fn.__name__
+    hvd.init()
+    try:
+        assert hvd.mpi_threads_supported() == _core.mpi_threads_supported()
+    finally:
+        hvd.shutdown()
+
+
+def test_process_set_objects_before_and_after_init():
+    ps = hvd.ProcessSet([0])
+    assert ps.process_set_id is None and ps.size() is None and ps.rank() is None
+    assert ps.included() is None and ps.ranks == [0]
+    assert str(ps) == "ProcessSet(process_set_id=None, ranks=[0], mpi_comm=None)"
+    assert hvd.ProcessSet([2, 0, 1]).ranks == [0, 1, 2]
+    with pytest.raises(ValueError, match="listed twice"):
+        hvd.ProcessSet([1, 1])
+    with pytest.raises(TypeError, match="list of ranks"):
+        hvd.ProcessSet(3)
+    with pytest.raises(ValueError, match="'dynamic'"):
+        hvd.init(process_sets="static")
+    hvd.init(process_sets=[ps])
+    try:
+        # Every rank of the job: that is the global set (id 0), not a second one.
+        assert ps.process_set_id == 0 and ps.size() == 1 and ps.rank() == 0 and ps.included()
+        assert hvd.global_process_set.ranks == [0] and hvd.global_process_set.size() == 1
+        x = mx.nd.array([1.0, 2.0])
+        np.testing.assert_array_equal(hvd.allreduce(x, op=hvd.Sum, process_set=ps).asnumpy(),
+                                      x.asnumpy())
+        # Without HOROVOD_DYNAMIC_PROCESS_SETS sets are fixed after init.
+        with pytest.raises(ValueError, match="HOROVOD_DYNAMIC_PROCESS_SETS"):
+            hvd.add_process_set([0])
+    finally:
+        hvd.shutdown()
+    assert ps.size() is None
+
+
+def test_deprecated_average_argument_warns_and_conflicts_with_op():
+    hvd.init()
+    try:
+        x = mx.nd.array([2, 4], dtype="int32")
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            y = hvd.allreduce(x, average=False, name="avg.false")
+        assert any(issubclass(i.category, DeprecationWarning) and "op" in str(i.message) for i in w)
+        np.testing.assert_array_equal(y.asnumpy(), [2, 4])
+        with pytest.raises(ValueError, match="supersedes average"):
+            hvd.allreduce(x, average=True, op=hvd.Sum)
+        with pytest.raises(ValueError, match="Adasum"):
+            hvd.allreduce(x, op=hvd.Adasum)
+    finally:
+        hvd.shutdown()
+
+
+def test_reducescatter_one_process_and_bad_input():
+    hvd.init()
+    try:
+        x = mx.nd.arange(6).reshape((3, 2))
+        np.testing.assert_array_equal(hvd.reducescatter(x).asnumpy(), x.asnumpy())
+        a, b = hvd.grouped_reducescatter([x, x * 2], op=hvd.Sum, postscale_factor=0.5)
+        np.testing.assert_array_equal(b.asnumpy(), x.asnumpy())
+        with pytest.raises(ValueError, match="only hvd.Sum and hvd.Average"):
+            hvd.reducescatter(x, op=hvd.Min)
+        with pytest.raises(ValueError, match="non-empty list"):
+            hvd.grouped_reducescatter([])
+        with pytest.raises(TypeError, match="NDArray"):
+            hvd.reducescatter(np.ones(3))
+        g = hvd.grouped_allgather([x, x[1:].copy()])
+        assert [o.shape for o in g] == [(3, 2), (2, 2)]
+    finally:
+        hvd.shutdown()
