@@ -57,3 +57,30 @@ def test_shutdown_time_below_check_time_is_ignored_with_a_warning():
     lines = log_lines(out)
     assert len(lines) == 1 and lines[0][:2] == ("0", "warning"), out
     assert "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=1.0 is less than HOROVOD_STALL_CHECK_TIME_SECONDS=30.0" in out
+
+
+def test_stall_in_a_process_set_names_it_and_does_not_stop_the_job(tmp_path):
+    # Set {0, 2} of 3 ranks: reports in the job's numbering, a stall shutdown fails only the
+    # set's waiting operation (the worker checks the error and that the job goes on).
+    timeline = str(tmp_path / "ps.json")
+    out = run_ranks(3, "ops_process_set.py", [timeline], timeout=240,
+                    env={"HOROVOD_STALL_CHECK_TIME_SECONDS": "1",
+                         "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "3",
+                         "HOROVOD_TIMELINE": timeline}).stdout
+    lines = log_lines(out)
+    assert lines and all(rank == "0" for rank, _, _ in lines), out
+    assert any(lvl == "warning" and msg.startswith("process set 1 (ranks [0, 2]): One or more tensors")
+               for _, lvl, msg in lines), out
+    assert "allreduce 'ps.late' waited" in out and "missing ranks 2 (submitted by 1 of 2 ranks: 0)" in out
+    errors = [msg for _, lvl, msg in lines if lvl == "error"]
+    assert len(errors) == 1 and errors[0].startswith("process set 1 (ranks [0, 2]): Stall shutdown: 1 tensor"), errors
+    assert "shutting down" not in errors[0]
+    # The timeline names the set's rows and shows its ranks in the job's numbering.
+    import json
+    with open(timeline) as f:
+        events = json.load(f)
+    names = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    assert "ps.late [process set 1]" in names.values() and "global.after" in names.values(), names
+    late = [k for k, v in names.items() if v == "ps.late [process set 1]"][0]
+    ready = [e["args"]["rank"] for e in events if e.get("pid") == late and e["ph"] == "i"]
+    assert ready == [0, 2], ready
