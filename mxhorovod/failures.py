@@ -12,9 +12,10 @@ than one rank, ``init()`` installs:
   does, and what Horovod users expect from mpirun);
 - fatal-signal reports (the core's job_abort.h): SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT,
   and SIGTERM when the script does not handle it, print the same kind of line before the
-  process dies of the signal. SIGKILL cannot be caught; the launcher's message (pid and
-  "signal 9") is all there is, and ``HOROVOD_LOG_LEVEL=info`` logs each rank's pid at
-  ``init()`` to match it.
+  process dies of the signal. SIGKILL cannot be caught, and MPICH's banner may name the pid
+  of a rank it killed while cleaning up instead of the killed one: run the ranks under
+  ``mxhorovod/rank_guard.py`` (a parent that waits for the rank and names it) to have it
+  named; ``HOROVOD_LOG_LEVEL=info`` also logs each rank's pid at ``init()``.
 
 A script that wants to handle a failure itself restores ``sys.excepthook`` (for instance to
 ``sys.__excepthook__``) after ``init()``; ``sys.exit(n)`` is not an exception here and

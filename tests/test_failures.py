@@ -2,11 +2,16 @@
 naming the pending tensors and the rank that shut down, and every process ends normally. A
 rank that dies (exception, SIGTERM, SIGKILL) mid-training ends the whole job at once with a
 non-zero exit code, and the output names it (SIGKILL: the launcher names its pid)."""
+import os
 import re
+import sys
 
 import pytest
 
-from mpirun import run_ranks
+from mpirun import WORKERS, run_ranks
+
+GUARD = os.path.join(os.path.dirname(WORKERS), "..", "mxhorovod", "rank_guard.py")
+TIME = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}"
 
 
 @pytest.mark.parametrize("np_,mode", [(3, "shutdown"), (2, "exit")])
@@ -46,7 +51,29 @@ def test_segfault_names_the_rank_and_keeps_mxnets_report():
 
 
 def test_sigkill_ends_the_job():
-    # SIGKILL cannot be caught: the launcher names the dead process by its pid, which the
-    # rank's pid (logged at init with HOROVOD_LOG_LEVEL=info) identifies.
-    out, pid = _died("sigkill")
-    assert "PID %d RUNNING AT" % pid in out and "signal 9" in out, out
+    # SIGKILL cannot be caught and the process says nothing. mpirun's banner names a pid of
+    # the job, not always the killed one (it may name a rank it killed while cleaning up):
+    # the rank guard below is what names it reliably.
+    out, _ = _died("sigkill")
+    pids = [int(p) for p in re.findall(r"WORKER \d+ PID (\d+)", out)]
+    banner = re.search(r"PID (\d+) RUNNING AT", out)
+    assert banner and int(banner.group(1)) in pids and "signal 9" in out, out
+
+
+def test_sigkill_under_the_rank_guard_names_the_rank():
+    # mpirun -np 3 python mxhorovod/rank_guard.py python ops_failure.py sigkill 1: the guard
+    # of rank 1 names it; the guards mpirun kills while cleaning up say nothing.
+    worker = os.path.join(WORKERS, "ops_failure.py")
+    proc = run_ranks(3, GUARD, [sys.executable, worker, "sigkill", 1], timeout=120, expect_ok=False)
+    out = proc.stdout
+    assert proc.returncode != 0 and "RANK" not in out.replace("WORKER", ""), out
+    pid = int(re.search(r"WORKER 1 PID (\d+)", out).group(1))
+    assert re.search(r"^\[1\]<error> %s mxhorovod: rank 1 \(pid %d on \S+\) was killed by SIGKILL "
+                     r"\(signal 9\); mpirun ends the job$" % (TIME, pid), out, re.M), out
+    assert len(re.findall("was killed by", out)) == 1 and "Traceback" not in out, out
+
+
+def test_rank_guard_is_transparent_for_a_normal_job():
+    # Same exit code, MPI through the guard's inherited descriptors, values checked.
+    worker = os.path.join(WORKERS, "ops_peer_shutdown.py")
+    run_ranks(2, GUARD, [sys.executable, worker, "shutdown"], timeout=240)

@@ -8,7 +8,7 @@
 // - a fatal signal (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, and SIGTERM when nobody handles
 //   it): InstallSignalReports' handler writes the line, then the previous handler (MXNet's
 //   stack trace, faulthandler) or the default action runs, so the process still dies of it.
-// SIGKILL cannot be caught: the launcher's report (pid, "signal 9") is all there is.
+// SIGKILL cannot be caught: mxhorovod/rank_guard.py (a parent process) names such a rank.
 #ifndef MXHOROVOD_COMMON_JOB_ABORT_H_
 #define MXHOROVOD_COMMON_JOB_ABORT_H_
 
