@@ -2,13 +2,18 @@
 (tests/netns_hosts.py): ranks launched through an ssh stand-in, each host with its own
 network stack, address and host name. Unless a test says otherwise the network path is
 forced (MPIR_CVAR_NOLOCAL=1, UCX_TLS=tcp,self, UCX_NET_DEVICES=eth0), so every byte between
-hosts crosses the veths; the interface counters prove it. Skipped with the reason where
-namespaces are not allowed.
+hosts crosses the veths; the interface counters prove it.
+
+Also here: hierarchical allreduce (HOROVOD_HIERARCHICAL_ALLREDUCE=1) on one host and on
+"fake hosts" (one machine, host names set per rank by ``unshare --uts``), which need no
+namespaces. Skipped with the reason where namespaces (or UTS namespaces) are not allowed.
 """
 import pytest
 
-from netns_hosts import NetnsHosts, NetnsUnavailable
+from mpirun import run_ranks
+from netns_hosts import NetnsHosts, NetnsUnavailable, fake_hosts_prefix, fake_hosts_unavailable
 
+HIER = {"HOROVOD_HIERARCHICAL_ALLREDUCE": "1"}
 BIG_BYTES = 3 * 1024 * 1024 * 4  # core_collectives.py's "big" float32 tensor
 # Fewer training scenarios than test_training_multi.py: both wrappers, groups, Module fit.
 TRAIN_SCENARIOS = ["trainer_sgd", "trainer_groups_predivide", "opt_in_gluon_trainer_adam",
@@ -55,11 +60,35 @@ def test_collectives_2x2_cross_the_network(hosts):
     assert received(proc, "h3") < 1 << 20, "h3 was not in the job"
 
 
+def test_hierarchical_collectives_2x2(hosts):
+    proc = hosts.run(["h1", "h2"], "core_collectives.py", ppn=2, timeout=240,
+                     env=dict(HIER, HOROVOD_FUSION_THRESHOLD=str(1 << 20),
+                              MXHOROVOD_SLICE_BYTES=str(1 << 18)))
+    for h in ("h1", "h2"):
+        assert received(proc, h) >= BIG_BYTES, (h, received(proc, h))
+
+
+def test_hierarchical_sends_less_between_hosts(hosts):
+    # With MPICH's ring forced for every allreduce, a flat 4-rank ring crosses between the
+    # hosts twice with 2(p-1)/p = 1.5x the payload each way; hierarchical sends only
+    # between the two local roots: 2(2-1)/2 = 1x. Proves the hierarchical path ran.
+    mib = 8
+    ring = {"MPIR_CVAR_IALLREDUCE_INTRA_ALGORITHM": "tsp_ring"}
+    flat = hosts.run(["h1", "h2"], "multihost_traffic.py", [mib], ppn=2, timeout=120, env=ring)
+    hier = hosts.run(["h1", "h2"], "multihost_traffic.py", [mib], ppn=2, timeout=120,
+                     env=dict(ring, **HIER))
+    payload = mib << 20
+    for h in ("h1", "h2"):
+        assert received(flat, h) >= 1.5 * payload, (h, received(flat, h))
+        assert payload <= received(hier, h) < 1.2 * payload, (h, received(hier, h))
+
+
 # -- training ----------------------------------------------------------------------------
 
-def test_training_2x2_equals_one_process(hosts):
+@pytest.mark.parametrize("env", [{}, HIER], ids=["flat", "hierarchical"])
+def test_training_2x2_equals_one_process(hosts, env):
     # Every rank's parameters equal one process trained on the concatenated batch.
-    hosts.run(["h1", "h2"], "train_equivalence.py", TRAIN_SCENARIOS, ppn=2, timeout=300)
+    hosts.run(["h1", "h2"], "train_equivalence.py", TRAIN_SCENARIOS, ppn=2, timeout=300, env=env)
 
 
 # -- failures ----------------------------------------------------------------------------
@@ -72,3 +101,47 @@ def test_killed_rank_ends_the_job_on_every_host(hosts):
     assert proc.returncode != 0, out[-3000:]
     assert "SURVIVED" not in out, out[-3000:]
     assert not proc.leftover_pids, "processes left after the launcher exited: %s" % proc.leftover_pids
+
+
+# -- hierarchical allreduce without namespaces -------------------------------------------
+
+def test_hierarchical_one_host():
+    # local_size 4, cross_size 1: the reduce and broadcast within the host do everything.
+    run_ranks(4, "core_collectives.py", timeout=240, env=HIER)
+
+
+def test_hierarchical_fake_hosts_uneven():
+    # Host names a, b, b, c on one machine (shared memory): local groups of 1 and 2 ranks,
+    # three local roots; 64 KiB slices.
+    why = fake_hosts_unavailable()
+    if why:
+        pytest.skip(why)
+    names = ["a", "b", "b", "c"]
+    run_ranks(len(names), "core_collectives.py", timeout=240, prefix=fake_hosts_prefix(names),
+              env=dict(HIER, MXHOROVOD_SLICE_BYTES=str(1 << 16)))
+
+
+def test_hierarchical_setting_must_agree():
+    # On for two ranks only: init fails on every rank with the ranks named, no hang.
+    proc = run_ranks(3, "multihost_hier_mismatch.py", timeout=120)
+    assert proc.stdout.count("on for ranks 0, 1; off for ranks 2.") == 3, proc.stdout[-3000:]
+
+
+def test_hierarchical_setting_in_one_process(monkeypatch):
+    # A word is refused with the variable named (Horovod would read it as off); "1" with
+    # a single rank (local and cross size 1) gives the input back.
+    import mxnet as mx
+    import mxhorovod as hvd
+    if hvd.is_initialized():
+        hvd.shutdown()
+    monkeypatch.setenv("HOROVOD_HIERARCHICAL_ALLREDUCE", "yes")
+    with pytest.raises(ValueError, match="HOROVOD_HIERARCHICAL_ALLREDUCE='yes'"):
+        hvd.init()
+    assert not hvd.is_initialized()
+    monkeypatch.setenv("HOROVOD_HIERARCHICAL_ALLREDUCE", "1")
+    hvd.init()
+    try:
+        y = hvd.allreduce(mx.nd.array([1.5, -2.0]), op=hvd.Sum, name="hier.single")
+        assert y.asnumpy().tolist() == [1.5, -2.0]
+    finally:
+        hvd.shutdown()

@@ -13,6 +13,7 @@ struct Config {
   int64_t fusion_threshold = 128ll << 20;     // HOROVOD_FUSION_THRESHOLD (bytes)
   int64_t cache_capacity = 1024;              // HOROVOD_CACHE_CAPACITY (entries; 0 = off)
   int64_t slice_bytes = 16ll << 20;           // MXHOROVOD_SLICE_BYTES: bytes per MPI call
+  bool hierarchical_allreduce = false;        // HOROVOD_HIERARCHICAL_ALLREDUCE (> 0: on)
   static Config FromEnv();
 };
 

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -18,6 +19,7 @@
 #include "executor.h"
 #include "fusion.h"
 #include "ops/mpi_backend.h"
+#include "ops/mpi_hierarchical.h"  // [hierarchical allreduce, issue 7]
 #include "ops/mpi_wait.h"
 
 namespace mxhorovod {
@@ -48,9 +50,16 @@ Status MPICheck(int rc, const char* what) {
   return Status::UnknownError(std::string(what) + " failed: " + MPIErrorString(rc));
 }
 
+// [hierarchical allreduce, issue 7] The communicators of the host grouping, kept for the
+// hierarchical allreduce; freed when the background loop ends.
+struct HostComms {
+  MPI_Comm local = MPI_COMM_NULL;  // the ranks of this host
+  MPI_Comm cross = MPI_COMM_NULL;  // the ranks with this local rank, one per host
+};
+
 // Groups the ranks by host name (not by a shared-memory split, which need not match the
-// hosts) and returns the local and cross communicators' coordinates.
-Status BuildTopology(MPI_Comm comm, Topology* t) {
+// hosts) and returns the local and cross communicators and their coordinates.
+Status BuildTopology(MPI_Comm comm, Topology* t, HostComms* hc) {
   MPI_Comm_rank(comm, &t->rank);
   MPI_Comm_size(comm, &t->size);
   char host[256] = {0};
@@ -69,12 +78,13 @@ Status BuildTopology(MPI_Comm comm, Topology* t) {
   MPI_Comm_split(comm, t->local_rank, t->rank, &cross);
   MPI_Comm_rank(cross, &t->cross_rank);
   MPI_Comm_size(cross, &t->cross_size);
-  MPI_Comm_free(&local);
-  MPI_Comm_free(&cross);
+  hc->local = local;  // [hierarchical allreduce, issue 7] kept, not freed
+  hc->cross = cross;
   return Status::OK();
 }
 
-Status StartMPI(int64_t comm_f2c, const std::vector<int>& ranks, MPI_Comm* comm, Topology* topo) {
+Status StartMPI(int64_t comm_f2c, const std::vector<int>& ranks, bool hierarchical, MPI_Comm* comm,
+                Topology* topo, HostComms* hc) {
   State& st = S();
   int inited = 0, finalized = 0;
   MPI_Finalized(&finalized);
@@ -114,7 +124,9 @@ Status StartMPI(int64_t comm_f2c, const std::vector<int>& ranks, MPI_Comm* comm,
   if (sub != MPI_COMM_NULL) MPI_Comm_free(&sub);
   if (!s.ok()) return s;
   MPI_Comm_set_errhandler(*comm, MPI_ERRORS_RETURN);
-  return BuildTopology(*comm, topo);
+  s = BuildTopology(*comm, topo, hc);
+  if (!s.ok()) return s;
+  return AgreeOnHierarchical(*comm, hierarchical);  // [hierarchical allreduce, issue 7]
 }
 
 void FailEntries(std::vector<TensorTableEntry>&& entries, const std::string& why) {
@@ -168,11 +180,21 @@ void RunCycle(Controller& controller, Executor& executor, const Config& cfg, Cyc
   }
 }
 
+void FreeComms(std::initializer_list<MPI_Comm*> comms) {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  for (MPI_Comm* c : comms) {
+    if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
+  }
+}
+
 void BackgroundLoop(int64_t comm_f2c, std::vector<int> ranks, Config cfg) {
   State& st = S();
   MPI_Comm comm = MPI_COMM_NULL;
   Topology topo;
-  Status s = StartMPI(comm_f2c, ranks, &comm, &topo);
+  HostComms hc;
+  Status s = StartMPI(comm_f2c, ranks, cfg.hierarchical_allreduce, &comm, &topo, &hc);
   {
     std::lock_guard<std::mutex> lk(st.mu);
     st.start_status = s;
@@ -182,7 +204,10 @@ void BackgroundLoop(int64_t comm_f2c, std::vector<int> ranks, Config cfg) {
     st.stop_reason.clear();
   }
   st.cv.notify_all();
-  if (!s.ok()) return;
+  if (!s.ok()) {
+    FreeComms({&comm, &hc.local, &hc.cross});
+    return;
+  }
 
   WaitPolicy policy;
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -193,8 +218,13 @@ void BackgroundLoop(int64_t comm_f2c, std::vector<int> ranks, Config cfg) {
   }
   SetWaitPolicy(policy);
   {
-    MPIBackend backend(comm, cfg.slice_bytes);
-    Executor executor(&backend, topo.rank, topo.size);
+    MPIBackend flat(comm, cfg.slice_bytes);
+    // [hierarchical allreduce, issue 7] allreduce within hosts, then across, then within.
+    std::unique_ptr<Backend> hierarchical;
+    if (cfg.hierarchical_allreduce) {
+      hierarchical.reset(new MPIHierarchicalBackend(&flat, hc.local, hc.cross, cfg.slice_bytes));
+    }
+    Executor executor(hierarchical ? hierarchical.get() : &flat, topo.rank, topo.size);
     Controller controller(comm, topo.rank, topo.size, (size_t)cfg.cache_capacity, &st.queue);
     const auto cycle = std::chrono::duration<double, std::milli>(cfg.cycle_time_ms);
     std::string reason;
@@ -217,9 +247,7 @@ void BackgroundLoop(int64_t comm_f2c, std::vector<int> ranks, Config cfg) {
     }
     FailEntries(st.queue.TakeAll(), reason.empty() ? "mxhorovod was shut down on this rank" : reason);
   }
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (!finalized) MPI_Comm_free(&comm);
+  FreeComms({&comm, &hc.local, &hc.cross});
 }
 
 }  // namespace
