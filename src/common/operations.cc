@@ -180,6 +180,8 @@ void RunCycle(Controller& controller, Executor& executor, const Config& cfg, Cyc
   }
 }
 
+// [hierarchical allreduce, issue 7] Frees the library's communicator and the host-grouped
+// ones (was: the library's communicator only, at the end of the loop).
 void FreeComms(std::initializer_list<MPI_Comm*> comms) {
   int finalized = 0;
   MPI_Finalized(&finalized);
