@@ -36,6 +36,8 @@ Config Config::FromEnv() {
   c.autotune = EnvBool("HOROVOD_AUTOTUNE", false);
   c.dynamic_process_sets = EnvBool("HOROVOD_DYNAMIC_PROCESS_SETS", false);
   if (c.slice_bytes < 1024) c.slice_bytes = 1024;
+  // [hierarchical allreduce, issue 7] Horovod's reading: a number, on when above 0.
+  c.hierarchical_allreduce = EnvNumber("HOROVOD_HIERARCHICAL_ALLREDUCE", 0) > 0;
   if (c.cycle_time_ms > 60000) {
     throw std::invalid_argument("HOROVOD_CYCLE_TIME=" + std::to_string(c.cycle_time_ms) +
                                 " ms is more than a minute between cycles");

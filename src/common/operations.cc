@@ -9,6 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <initializer_list>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -19,6 +20,7 @@
 #include "controller.h"
 #include "executor.h"
 #include "fusion.h"
+#include "ops/mpi_hierarchical.h"
 #include "ops/mpi_wait.h"
 #include "process_set.h"
 
@@ -67,9 +69,26 @@ Status MPICheck(int rc, const char* what) {
   return Status::UnknownError(std::string(what) + " failed: " + MPIErrorString(rc));
 }
 
+// The communicators of the host grouping, kept for the hierarchical allreduce; freed when
+// the background loop ends.
+struct HostComms {
+  MPI_Comm local = MPI_COMM_NULL;  // the ranks of this host
+  MPI_Comm cross = MPI_COMM_NULL;  // the ranks with this local rank, one per host
+};
+
+// Frees communicators that are not null (unless MPI is finalized).
+void FreeComms(std::initializer_list<MPI_Comm*> comms) {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  for (MPI_Comm* c : comms) {
+    if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
+  }
+}
+
 // Groups the ranks by host name (not by a shared-memory split, which need not match the
-// hosts) and returns the local and cross communicators' coordinates.
-Status BuildTopology(MPI_Comm comm, Topology* t) {
+// hosts) and returns the local and cross communicators and their coordinates.
+Status BuildTopology(MPI_Comm comm, Topology* t, HostComms* hc) {
   MPI_Comm_rank(comm, &t->rank);
   MPI_Comm_size(comm, &t->size);
   char host[256] = {0};
@@ -88,12 +107,13 @@ Status BuildTopology(MPI_Comm comm, Topology* t) {
   MPI_Comm_split(comm, t->local_rank, t->rank, &cross);
   MPI_Comm_rank(cross, &t->cross_rank);
   MPI_Comm_size(cross, &t->cross_size);
-  MPI_Comm_free(&local);
-  MPI_Comm_free(&cross);
+  hc->local = local;
+  hc->cross = cross;
   return Status::OK();
 }
 
-Status StartMPI(int64_t comm_f2c, const std::vector<int>& ranks, MPI_Comm* comm, Topology* topo) {
+Status StartMPI(int64_t comm_f2c, const std::vector<int>& ranks, bool hierarchical, MPI_Comm* comm,
+                Topology* topo, HostComms* hc) {
   State& st = S();
   int inited = 0, finalized = 0;
   MPI_Finalized(&finalized);
@@ -133,7 +153,9 @@ Status StartMPI(int64_t comm_f2c, const std::vector<int>& ranks, MPI_Comm* comm,
   if (sub != MPI_COMM_NULL) MPI_Comm_free(&sub);
   if (!s.ok()) return s;
   MPI_Comm_set_errhandler(*comm, MPI_ERRORS_RETURN);
-  return BuildTopology(*comm, topo);
+  s = BuildTopology(*comm, topo, hc);
+  if (!s.ok()) return s;
+  return AgreeOnHierarchical(*comm, hierarchical);
 }
 
 void FailEntries(std::vector<TensorTableEntry>&& entries, const std::string& why) {
@@ -283,7 +305,8 @@ void BackgroundLoop(StartArgs args) {
   const Config& cfg = args.cfg;
   MPI_Comm comm = MPI_COMM_NULL;
   Topology topo;
-  Status s = StartMPI(args.comm_f2c, args.ranks, &comm, &topo);
+  HostComms hc;
+  Status s = StartMPI(args.comm_f2c, args.ranks, cfg.hierarchical_allreduce, &comm, &topo, &hc);
   std::shared_ptr<ProcessSet> global;
   if (s.ok()) {
     global = std::make_shared<ProcessSet>();
@@ -292,12 +315,17 @@ void BackgroundLoop(StartArgs args) {
     global->size = topo.size;
     global->included = true;
     global->Open(comm, cfg);
+    if (cfg.hierarchical_allreduce) global->UseHierarchical(hc.local, hc.cross, cfg);
     st.next_set_id = 1;
     st.sets.Put(global);
     s = StartStaticSets(comm, topo.rank, topo.size, args.process_sets, cfg);
     if (!s.ok()) {
       for (auto& set : st.sets.Clear()) set->Close();
     }
+  }
+  if (!s.ok()) {
+    if (global) comm = MPI_COMM_NULL;  // the global set owned and freed it
+    FreeComms({&comm, &hc.local, &hc.cross});
   }
   {
     std::lock_guard<std::mutex> lk(st.mu);
@@ -328,9 +356,7 @@ void BackgroundLoop(StartArgs args) {
     live.zero_copy_bytes = p.zero_copy_bytes;
     live.slice_bytes = p.slice_bytes;
     cycle = std::chrono::duration<double, std::milli>(p.cycle_time_ms);
-    for (auto& set : st.sets.All()) {
-      if (set->backend) set->backend->set_slice_bytes(p.slice_bytes);
-    }
+    for (auto& set : st.sets.All()) set->SetSliceBytes(p.slice_bytes);
   };
   if (tuner) apply(tuner->params());
   std::string reason;
@@ -390,6 +416,7 @@ void BackgroundLoop(StartArgs args) {
     FailSet(*set, reason.empty() ? "mxhorovod was shut down on this rank" : reason);
     set->Close();  // frees comm for the global set
   }
+  FreeComms({&hc.local, &hc.cross});
 }
 
 }  // namespace
