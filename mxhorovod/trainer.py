@@ -12,7 +12,9 @@ import mxnet as mx
 import numpy as np
 
 from mxhorovod import Average, Max, allreduce_, grouped_allreduce_, size
+from mxhorovod.buckets import GradientBuckets
 from mxhorovod.compression import Compression
+from mxhorovod.functions import allgather_object
 from mxhorovod.mpi_ops import gradient_reduction
 from mxhorovod.optimizer import DistributedOptimizer, split_list
 
@@ -39,22 +41,44 @@ class DistributedTrainer(mx.gluon.Trainer):
             ``f/size`` after it: the result is the mean for any ``f``.
         prefix: prefix of the collective names (default: an automatic per-trainer prefix).
         num_groups: when > 0, dense gradients go in this many grouped allreduces (per
-            dtype) instead of one allreduce per parameter.
+            dtype) instead of one allreduce per parameter (with bucket views: the buckets
+            go in this many grouped allreduces instead of one allreduce per bucket).
+        gradient_as_bucket_view: keyword only, beyond Horovod (PyTorch DDP's name and
+            meaning). When True, every dense gradient becomes a view into a flat buffer
+            (a bucket) of about ``bucket_cap_mb``, filled in backward order (last layers
+            first) per dtype; each bucket is reduced by one in-place allreduce of its
+            buffer, with no packing copies, and the engine starts it as soon as backward
+            has written the whole bucket. Same results as without. The gradients are
+            bound to their views as soon as every parameter is initialized (here, or in
+            the first forward for deferred initialization), before the first backward, and
+            again whenever a parameter gets a new gradient array (``grad_req`` changed,
+            ``cast``, ...); ``param.grad()`` then returns the view, so take it again
+            rather than keeping gradient arrays from before. A parameter's gradient is in
+            the buckets of one trainer: the newest one made over it. See
+            :mod:`mxhorovod.buckets`.
+        bucket_cap_mb: keyword only; the most MiB (2**20 bytes) of one bucket, as in DDP
+            (default 25); a single larger gradient gets a bucket of its own.
 
     Parameters with ``grad_req='null'`` are skipped; ``grad_req='add'`` accumulates
     locally and is reduced when ``step``/``allreduce_grads`` is called. row_sparse
     gradients (``Embedding(sparse_grad=True)``) are densified for the reduction and
     written back holding the rows that any rank touched, so a lazy update touches the same
     rows as one process on the whole batch would; this waits for the reduction.
+    Such gradients and ``grad_req='null'`` parameters are never in a bucket.
 
     Raises:
         TypeError: ``optimizer`` is a Trainer, or neither a str nor an Optimizer.
-        ValueError: parameters are on more than one context (use one context per rank).
+        ValueError: parameters are on more than one context (use one context per rank);
+            ``bucket_cap_mb`` < 0; and, at the first ``step``/``allreduce_grads`` after the
+            buckets changed, on every rank, when the ranks' bucket layouts differ (their
+            trainable parameters, shapes or dtypes differ), or when a newer trainer took
+            the parameters' buckets over.
     """
 
     def __init__(self, params, optimizer, optimizer_params=None,
                  compression=Compression.none, gradient_predivide_factor=1.0,
-                 prefix=None, num_groups=0):
+                 prefix=None, num_groups=0, *, gradient_as_bucket_view=False,
+                 bucket_cap_mb=25):
         if isinstance(optimizer, mx.gluon.Trainer):
             raise TypeError("DistributedTrainer takes an optimizer (name or "
                             "mx.optimizer.Optimizer), not a Trainer")
@@ -70,6 +94,8 @@ class DistributedTrainer(mx.gluon.Trainer):
         if gradient_predivide_factor <= 0:
             raise ValueError("gradient_predivide_factor must be > 0, got %r"
                              % (gradient_predivide_factor,))
+        if not bucket_cap_mb >= 0:
+            raise ValueError("bucket_cap_mb must be >= 0, got %r" % (bucket_cap_mb,))
         # Priority order: parameters are created in forward order, so the last ones belong
         # to the last layers, whose gradients backward produces first; they go first.
         # Taken from the given order before gluon.Trainer sorts a dict by key.
@@ -89,6 +115,9 @@ class DistributedTrainer(mx.gluon.Trainer):
         self._prefix = prefix if prefix is not None else \
             "DistributedTrainer.%d." % next(_INSTANCES)
         self._num_groups = int(num_groups)
+        self._buckets = GradientBuckets(self._params, self._priorities,
+                                        int(bucket_cap_mb * 2**20)) \
+            if gradient_as_bucket_view else None
 
     def _reduce_kwargs(self):
         f = self._gradient_predivide_factor
@@ -100,16 +129,21 @@ class DistributedTrainer(mx.gluon.Trainer):
         return "%s%d" % (self._prefix, i)
 
     def _allreduce_grads(self):
+        # Buckets are bound even on one rank, so param.grad() is the same kind of array
+        # whatever the number of ranks.
+        buckets = self._current_buckets() if self._buckets is not None else []
         if size() == 1:
             return
+        in_buckets = self._buckets.bound_indices if buckets else ()
         dense, sparse = [], []
         for i, param in enumerate(self._params):
-            if param.grad_req == "null":
+            if param.grad_req == "null" or i in in_buckets:
                 continue
             grad = param.list_grad()[0]
             (sparse if grad.stype != "default" else dense).append((i, grad))
         # Gradients are never in MKLDNN's layout: the core need not wait for backward.
         with gradient_reduction():
+            self._allreduce_buckets(buckets)
             if self._num_groups > 0:
                 self._allreduce_grouped(dense)
             else:
@@ -117,6 +151,51 @@ class DistributedTrainer(mx.gluon.Trainer):
                     self._allreduce_one(i, grad)
             for i, grad in sparse:
                 self._allreduce_row_sparse(i, grad)
+
+    def _current_buckets(self):
+        buckets = self._buckets.current()
+        if self._buckets.changed and size() > 1:
+            # Ranks with different layouts would wait forever for each other's bucket
+            # names: compare once per change (a blocking allgather), fail on every rank.
+            every = allgather_object(self._buckets.layout(),
+                                     name=self._prefix + "bucket_layout")
+            differ = [r for r, other in enumerate(every) if other != every[0]]
+            if differ:
+                raise ValueError(
+                    "DistributedTrainer '%s': the gradient buckets differ between ranks "
+                    "([(bucket, dtype, elements)], [bound parameter indices]): rank 0 %s, "
+                    "rank %d %s; every rank must train the same parameters with the same "
+                    "grad_req, shapes and dtypes" % (
+                        self._prefix, every[0], differ[0], every[differ[0]]))
+        self._buckets.changed = False
+        return buckets
+
+    def _allreduce_buckets(self, buckets):
+        """One in-place allreduce of each bucket's flat buffer (never of its views: the
+        core refuses views of one buffer in one call). Priority: that of the bucket's
+        earliest gradient in backward. Names follow the buckets' creation order."""
+        names = ["%sbucket.%d" % (self._prefix, self._buckets.number(b)) for b in buckets]
+        prio = [max(self._priorities[i] for i in b.indices) for b in buckets]
+        if self._num_groups <= 0:
+            for b, name, pr in zip(buckets, names, prio):
+                sent, ctx = self._compression.compress(b.flat)
+                allreduce_(sent, name=name, priority=pr, **self._reduce_kwargs())
+                if sent is not b.flat:
+                    b.flat[:] = self._compression.decompress(sent, ctx)
+            return
+        for group in split_list(list(range(len(buckets))), self._num_groups):
+            by_dtype = {}
+            for k in group:
+                by_dtype.setdefault(buckets[k].dtype.name, []).append(k)
+            for dtype in sorted(by_dtype):
+                ks = by_dtype[dtype]
+                sent = [self._compression.compress(buckets[k].flat) for k in ks]
+                grouped_allreduce_([t for t, _ in sent],
+                                   name="%s:%d" % (names[ks[0]], len(ks)),
+                                   priority=max(prio[k] for k in ks), **self._reduce_kwargs())
+                for k, (t, ctx) in zip(ks, sent):
+                    if t is not buckets[k].flat:
+                        buckets[k].flat[:] = self._compression.decompress(t, ctx)
 
     def _allreduce_one(self, i, grad):
         sent, ctx = self._compression.compress(grad)
