@@ -11,7 +11,8 @@ def test_collectives_every_dtype_and_op(np_):
 
 
 def test_collectives_small_fusion_buffer_and_slices():
-    # Fusion threshold below the big tensor, and MPI calls sliced at 64 KiB.
+    # Fusion threshold below the big tensor, and MPI calls sliced at 64 KiB (tensors of
+    # 64 KiB or more then go alone, unfused).
     run_ranks(2, "core_collectives.py", timeout=240,
               env={"HOROVOD_FUSION_THRESHOLD": str(1 << 20), "MXHOROVOD_SLICE_BYTES": str(1 << 16)})
 

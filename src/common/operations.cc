@@ -147,8 +147,11 @@ void RunCycle(Controller& controller, Executor& executor, const Config& cfg, Cyc
     local[i] = st.queue.Find(ok[i].names[0]);
     const Response& r = ok[i];
     int64_t bytes = local[i] ? local[i]->input.num_elements() * DTypeSize(r.dtype) : 0;
-    items.push_back({r.op_type == OpType::kAllreduce, r.op_type, r.dtype, r.reduce_op, r.prescale,
-                     r.postscale, bytes});
+    // A tensor that fills a whole MPI call (MXHOROVOD_SLICE_BYTES) gains nothing from the
+    // fusion buffer but two copies: it goes alone, reduced in place (a contiguous gradient
+    // bucket of DistributedTrainer, a large weight).
+    const bool fusable = r.op_type == OpType::kAllreduce && bytes < cfg.slice_bytes;
+    items.push_back({fusable, r.op_type, r.dtype, r.reduce_op, r.prescale, r.postscale, bytes});
   }
   for (const auto& group : PlanFusion(items, cfg.fusion_threshold)) {
     std::vector<TensorTableEntry*> entries;
