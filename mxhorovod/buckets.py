@@ -1,7 +1,8 @@
 """Contiguous gradient buckets: gradients kept as views into a few flat buffers.
 
 With ``DistributedTrainer(..., gradient_as_bucket_view=True)`` every dense gradient is a
-view into one flat 1-D buffer (a bucket) per few MiB, the idea and the argument names of
+view into a flat 1-D buffer (a bucket) of at most ``bucket_cap_mb`` MiB, the idea and the
+argument names of
 PyTorch DDP (``DistributedDataParallel(gradient_as_bucket_view=True, bucket_cap_mb=25)``,
 torch/nn/parallel/distributed.py and its Reducer). Backward writes each gradient straight
 into its bucket, so the reduction is one in-place allreduce of the bucket's buffer: no
@@ -93,13 +94,15 @@ class Bucket(object):
     """One flat buffer and the gradients that are views into it.
 
     Attributes:
+        number: stable number in creation order (used in collective names).
         flat: 1-D NDArray of ``size`` elements of ``dtype`` on ``context``.
         indices: the trainer's parameter indices of the members, in layout order.
         offsets: element offset of each member's view in ``flat``.
         views: each member's gradient (a view of ``flat`` with the parameter's shape).
     """
 
-    def __init__(self, members, dtype, context):
+    def __init__(self, number, members, dtype, context):
+        self.number = number
         self.dtype = np.dtype(dtype)
         self.context = context
         esize = self.dtype.itemsize
@@ -141,14 +144,18 @@ class GradientBuckets(object):
     replaced (``grad_req`` switched to 'null' and back, or to 'add') it is bound again to
     the same view. Only a parameter without a fitting slot (first build, a deferred
     parameter initialized later, a new shape or dtype after ``cast``) gets a slot in a new
-    bucket, appended to the list; a slot left behind stays in its buffer, unused. Existing
-    views are thus never replaced, which matters for a block hybridized with
+    bucket; a slot left behind stays in its buffer, unused (a bucket left with no slot at
+    all, as after ``cast``, is dropped). Existing views are thus never replaced, which matters for a block hybridized with
     ``static_shape=True``: its cached graph keeps writing into the gradient arrays of its
     first backward (MXNet 1.9 rebinds a parameter only when its grad_req changes), so the
     views must be bound before that first backward. For that the buckets are built as soon
     as every parameter is initialized: at construction, or right after the last deferred
     parameter gets its gradient array in the first forward (``Parameter._init_grad`` is
-    wrapped on these parameters).
+    wrapped to tell the buckets).
+
+    A parameter's gradient lives in the buckets of one trainer: a newer GradientBuckets
+    over the same parameter takes it over, and the older one then raises ValueError when
+    used (it would rebind the gradients back and forth every step).
 
     Args:
         params: the trainer's list of Parameters.
@@ -156,21 +163,19 @@ class GradientBuckets(object):
             backward); a new bucket's layout follows decreasing priority, ties in list
             order.
         cap_bytes: see :func:`plan_buckets`.
-    A parameter's gradient lives in the buckets of one trainer: a newer GradientBuckets
-    over the same parameter takes it over, and the older one then raises ValueError when
-    used (it would rebind the gradients back and forth every step).
     """
 
     def __init__(self, params, priorities, cap_bytes):
         self._params = params
         self._priorities = priorities
         self._cap_bytes = cap_bytes
-        self.buckets = []          # every bucket made, in creation order (names follow it)
+        self.buckets = []          # buckets that hold a slot, in creation order
         self.live = []             # the buckets holding at least one bound gradient
         self._slot = {}            # parameter index -> (bucket, member position)
         self._bound = ()           # ((index, view), ...) as of the last check
         self.bound_indices = frozenset()
         self.builds = 0            # how many times new buckets were made
+        self._numbers = 0          # buckets made so far
         self.changed = False       # layout changed since the owner last compared ranks
         for p in params:
             if getattr(p, "_mxhorovod_buckets", None) is None:
@@ -217,6 +222,8 @@ class GradientBuckets(object):
             self._add_buckets(newcomers)
         self._bound = tuple((i, p._grad[0]) for i, p in eligible)
         self.bound_indices = frozenset(i for i, _ in eligible)
+        kept = set(id(b) for b, _ in self._slot.values())
+        self.buckets = [b for b in self.buckets if id(b) in kept]
         live = set(id(self._slot[i][0]) for i in self.bound_indices)
         self.live = [b for b in self.buckets if id(b) in live]
         self.changed = True
@@ -225,13 +232,8 @@ class GradientBuckets(object):
     def layout(self):
         """What every rank must agree on: (bucket number, dtype, elements) of each live
         bucket and the bound parameter indices."""
-        number = {id(b): k for k, b in enumerate(self.buckets)}
-        return ([(number[id(b)], b.dtype.name, b.size) for b in self.live],
+        return ([(b.number, b.dtype.name, b.size) for b in self.live],
                 sorted(self.bound_indices))
-
-    def number(self, bucket):
-        """The bucket's position in creation order: stable, so usable in names."""
-        return next(k for k, b in enumerate(self.buckets) if b is bucket)
 
     def _add_buckets(self, members):
         order = sorted(members, key=lambda e: (-self._priorities[e[0]], e[0]))
@@ -244,7 +246,8 @@ class GradientBuckets(object):
         for keys in plan_buckets(items, self._cap_bytes):
             chosen = [(i, by_index[i]) for i in keys]
             g0 = chosen[0][1]._grad[0]
-            bucket = Bucket(chosen, g0.dtype, g0.context)
+            bucket = Bucket(self._numbers, chosen, g0.dtype, g0.context)
+            self._numbers += 1
             for k, (i, p) in enumerate(chosen):
                 _rebind(p, bucket.views[k])
                 self._slot[i] = (bucket, k)
@@ -264,12 +267,15 @@ def _wrap_init_grad(param):
 
     param._init_grad = init_grad_then_bind
 
+
 def _rebind(param, view):
     """Makes ``view`` the gradient of ``param``, keeping its value and freshness."""
     old = param._grad[0]
     # An engine copy, ordered after any pending backward write of the old gradient: the
-    # gradient of this step (or the sum so far with grad_req='add') is kept.
-    view[:] = old
+    # gradient of this step (or the sum so far with grad_req='add') is kept. Paused: this
+    # may run inside the user's autograd.record() (deferred init in the first forward).
+    with autograd.pause():
+        view[:] = old
     data = param._check_and_get(param._data, list)
     # Re-marking creates a new autograd entry whose fresh-gradient flag is unset; Trainer
     # reads that flag in update() (stale-gradient check), so carry it over.

@@ -173,8 +173,8 @@ class DistributedTrainer(mx.gluon.Trainer):
     def _allreduce_buckets(self, buckets):
         """One in-place allreduce of each bucket's flat buffer (never of its views: the
         core refuses views of one buffer in one call). Priority: that of the bucket's
-        earliest gradient in backward. Names follow the buckets' creation order."""
-        names = ["%sbucket.%d" % (self._prefix, self._buckets.number(b)) for b in buckets]
+        earliest gradient in backward. Names follow the buckets' creation order (Bucket.number)."""
+        names = ["%sbucket.%d" % (self._prefix, b.number) for b in buckets]
         prio = [max(self._priorities[i] for i in b.indices) for b in buckets]
         if self._num_groups <= 0:
             for b, name, pr in zip(buckets, names, prio):

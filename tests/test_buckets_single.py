@@ -169,12 +169,16 @@ def test_cast_moves_gradients_to_new_buckets(hvd_single):
     net, ref = twin(conv_net)
     tr = hvd.DistributedTrainer(net.collect_params(), opt(), gradient_as_bucket_view=True)
     assert {b.dtype.name for b in tr._buckets.live} == {"float32"}
+    first = len(tr._buckets.buckets)
     for n in (net, ref):  # new float64 gradient arrays, after the binding
         n.cast("float64")
     got = train(net, tr, 2, seed=5)
     want = train(ref, gluon.Trainer(ref.collect_params(), opt(), kvstore=None), 2, seed=5)
     assert tr._buckets.builds == 2
     assert {b.dtype.name for b in tr._buckets.live} == {"float64"}
+    # The float32 buffers hold no slot any more: dropped; new numbers, so new names.
+    assert tr._buckets.buckets == tr._buckets.live
+    assert min(b.number for b in tr._buckets.buckets) == first
     assert net[0].weight.grad().dtype == np.float64
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-7)
