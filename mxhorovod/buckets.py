@@ -176,6 +176,7 @@ class GradientBuckets(object):
         self.bound_indices = frozenset()
         self.builds = 0            # how many times new buckets were made
         self._numbers = 0          # buckets made so far
+        self._replaced = []        # (parameter, former gradient array) not yet checked
         self.changed = False       # layout changed since the owner last compared ranks
         for p in params:
             if getattr(p, "_mxhorovod_buckets", None) is None:
@@ -215,7 +216,7 @@ class GradientBuckets(object):
             if slot is not None and slot[0].fits(slot[1], p):
                 view = slot[0].views[slot[1]]
                 if p._grad[0] is not view:
-                    _rebind(p, view)
+                    self._replaced.append((p, _rebind(p, view)))
             else:
                 newcomers.append((i, p))
         if newcomers:
@@ -235,6 +236,24 @@ class GradientBuckets(object):
         return ([(b.number, b.dtype.name, b.size) for b in self.live],
                 sorted(self.bound_indices))
 
+    def take_replaced(self):
+        """The (parameter, former gradient) pairs replaced since the last call."""
+        out, self._replaced = self._replaced, []
+        return out
+
+    def rearm(self, replaced):
+        """After backward was found writing former gradient arrays: a static cached graph
+        had put them back into the parameters' autograd entries. Binds every bound
+        parameter to its view again (effective once that graph is replaced, by hybridizing
+        its block again) and keeps ``replaced`` (NaN again) for the next check."""
+        for i in sorted(self.bound_indices):
+            p = self._params[i]
+            _mark(p, p._grad)
+        with autograd.pause():
+            for _, old in replaced:
+                old[:] = np.nan
+        self._replaced = list(replaced) + self._replaced
+
     def _add_buckets(self, members):
         order = sorted(members, key=lambda e: (-self._priorities[e[0]], e[0]))
         items = []
@@ -249,7 +268,7 @@ class GradientBuckets(object):
             bucket = Bucket(self._numbers, chosen, g0.dtype, g0.context)
             self._numbers += 1
             for k, (i, p) in enumerate(chosen):
-                _rebind(p, bucket.views[k])
+                self._replaced.append((p, _rebind(p, bucket.views[k])))
                 self._slot[i] = (bucket, k)
             self.buckets.append(bucket)
         self.builds += 1
@@ -268,19 +287,38 @@ def _wrap_init_grad(param):
     param._init_grad = init_grad_then_bind
 
 
+def written_since_rebind(old):
+    """Whether the former gradient ``old`` (filled with NaN by the rebinding) was written
+    since: then backward still writes there, not into the bucket. Waits for ``old``."""
+    if not np.issubdtype(np.dtype(old.dtype), np.floating):
+        return False  # no NaN to detect a write with; integer gradients are rare
+    return not np.isnan(old.asnumpy()).all()
+
+
 def _rebind(param, view):
-    """Makes ``view`` the gradient of ``param``, keeping its value and freshness."""
+    """Makes ``view`` the gradient of ``param``, keeping its value and freshness. Returns
+    the former gradient array, filled with NaN after its value was copied: a reference
+    kept to it shows NaN instead of silently stale values, and
+    :func:`written_since_rebind` tells whether some cached graph still writes there."""
     old = param._grad[0]
     # An engine copy, ordered after any pending backward write of the old gradient: the
     # gradient of this step (or the sum so far with grad_req='add') is kept. Paused: this
     # may run inside the user's autograd.record() (deferred init in the first forward).
     with autograd.pause():
         view[:] = old
-    data = param._check_and_get(param._data, list)
-    # Re-marking creates a new autograd entry whose fresh-gradient flag is unset; Trainer
-    # reads that flag in update() (stale-gradient check), so carry it over.
-    fresh = [d._fresh_grad for d in data]
+        if np.issubdtype(np.dtype(old.dtype), np.floating):
+            old[:] = np.nan
     param._grad = [view]
-    autograd.mark_variables(data, param._grad, param.grad_req)
+    _mark(param, param._grad)
+    return old
+
+
+def _mark(param, grads):
+    """Binds ``grads`` as the gradients of ``param``'s data, as Parameter._init_grad does.
+    Marking creates a new autograd entry whose fresh-gradient flag is unset; Trainer reads
+    that flag in update() (stale-gradient check), so it is carried over."""
+    data = param._check_and_get(param._data, list)
+    fresh = [d._fresh_grad for d in data]
+    autograd.mark_variables(data, grads, param.grad_req)
     for d, f in zip(data, fresh):
         d._fresh_grad = f

@@ -12,7 +12,7 @@ import mxnet as mx
 import numpy as np
 
 from mxhorovod import Average, Max, allreduce_, grouped_allreduce_, size
-from mxhorovod.buckets import GradientBuckets
+from mxhorovod.buckets import GradientBuckets, written_since_rebind
 from mxhorovod.compression import Compression
 from mxhorovod.functions import allgather_object
 from mxhorovod.mpi_ops import gradient_reduction
@@ -73,6 +73,10 @@ class DistributedTrainer(mx.gluon.Trainer):
             buckets changed, on every rank, when the ranks' bucket layouts differ (their
             trainable parameters, shapes or dtypes differ), or when a newer trainer took
             the parameters' buckets over.
+        RuntimeError: with bucket views, at the first ``step``/``allreduce_grads`` after
+            the gradients were bound, when backward still wrote a former gradient array
+            (a block hybridized with ``static_shape=True`` ran backward before this
+            trainer was made; hybridize it again). Former gradient arrays hold NaN.
     """
 
     def __init__(self, params, optimizer, optimizer_params=None,
@@ -153,7 +157,21 @@ class DistributedTrainer(mx.gluon.Trainer):
                 self._allreduce_row_sparse(i, grad)
 
     def _current_buckets(self):
+        # Former gradient arrays replaced before this call: since then a backward ran, and
+        # it must have written the buckets, not them (checked once per rebinding).
+        replaced = self._buckets.take_replaced()
         buckets = self._buckets.current()
+        for param, old in replaced:
+            if written_since_rebind(old):
+                self._buckets.rearm(replaced)
+                raise RuntimeError(
+                    "DistributedTrainer '%s': backward wrote the gradient of Parameter '%s' "
+                    "into its former array, not into its gradient bucket: a block hybridized "
+                    "with static_shape=True keeps the gradient arrays of its first backward. "
+                    "Make the DistributedTrainer before the first backward, or call "
+                    "hybridize(...) on the block again (then backward writes the buckets); "
+                    "nothing was reduced or updated in this step"
+                    % (self._prefix, param.name))
         if self._buckets.changed and size() > 1:
             # Ranks with different layouts would wait forever for each other's bucket
             # names: compare once per change (a blocking allgather), fail on every rank.
