@@ -30,6 +30,9 @@ import mxnet as mx
 import numpy as np
 from mxnet import autograd
 
+from mxhorovod.basics import size
+from mxhorovod.functions import allgather_object
+
 __all__ = ["ALIGN_BYTES", "plan_buckets", "Bucket", "GradientBuckets", "eligible_params"]
 
 # Every view starts on a cache line, as MXNet's own allocations do, so vectorized kernels
@@ -145,10 +148,11 @@ class GradientBuckets(object):
     the same view. Only a parameter without a fitting slot (first build, a deferred
     parameter initialized later, a new shape or dtype after ``cast``) gets a slot in a new
     bucket; a slot left behind stays in its buffer, unused (a bucket left with no slot at
-    all, as after ``cast``, is dropped). Existing views are thus never replaced, which matters for a block hybridized with
-    ``static_shape=True``: its cached graph keeps writing into the gradient arrays of its
-    first backward (MXNet 1.9 rebinds a parameter only when its grad_req changes), so the
-    views must be bound before that first backward. For that the buckets are built as soon
+    all, as after ``cast``, is dropped). Existing views are thus never replaced, which
+    matters for a block hybridized with ``static_shape=True``: its cached graph keeps
+    writing into the gradient arrays of its first backward even after they are replaced
+    (seen with MXNet 1.9.1), so the views must be bound before that first backward;
+    :meth:`for_step` detects the contrary. For that the buckets are built as soon
     as every parameter is initialized: at construction, or right after the last deferred
     parameter gets its gradient array in the first forward (``Parameter._init_grad`` is
     wrapped to tell the buckets).
@@ -236,12 +240,46 @@ class GradientBuckets(object):
         return ([(b.number, b.dtype.name, b.size) for b in self.live],
                 sorted(self.bound_indices))
 
-    def take_replaced(self):
-        """The (parameter, former gradient) pairs replaced since the last call."""
-        out, self._replaced = self._replaced, []
-        return out
+    def for_step(self, prefix):
+        """The live buckets to reduce in this step, after binding every eligible parameter
+        (see :meth:`current`) and two checks, each once per change. ``prefix`` names the
+        trainer in errors and the collective of the layout check.
 
-    def rearm(self, replaced):
+        Raises:
+            RuntimeError: backward wrote a former gradient array replaced before this call
+                (a static_shape cached graph bound before the buckets); nothing is reduced.
+            ValueError: on every rank, the ranks' layouts differ (a blocking allgather
+                compares them after each change; otherwise the ranks would wait forever
+                for each other's bucket names).
+        """
+        # Replaced before this call: since then a backward ran, which must have written
+        # the buckets, not these arrays.
+        replaced, self._replaced = self._replaced, []
+        buckets = self.current()
+        for param, old in replaced:
+            if written_since_rebind(old):
+                self._rearm(replaced)
+                raise RuntimeError(
+                    "DistributedTrainer '%s': backward wrote the gradient of Parameter '%s' "
+                    "into its former array, not into its gradient bucket: a block hybridized "
+                    "with static_shape=True keeps the gradient arrays of its first backward. "
+                    "Make the DistributedTrainer before the first backward, or call "
+                    "hybridize(...) on the block again (then backward writes the buckets); "
+                    "nothing was reduced or updated in this step" % (prefix, param.name))
+        if self.changed and size() > 1:
+            every = allgather_object(self.layout(), name=prefix + "bucket_layout")
+            differ = [r for r, other in enumerate(every) if other != every[0]]
+            if differ:
+                raise ValueError(
+                    "DistributedTrainer '%s': the gradient buckets differ between ranks "
+                    "([(bucket, dtype, elements)], [bound parameter indices]): rank 0 %s, "
+                    "rank %d %s; every rank must train the same parameters with the same "
+                    "grad_req, shapes and dtypes" % (prefix, every[0], differ[0],
+                                                     every[differ[0]]))
+        self.changed = False
+        return buckets
+
+    def _rearm(self, replaced):
         """After backward was found writing former gradient arrays: a static cached graph
         had put them back into the parameters' autograd entries. Binds every bound
         parameter to its view again (effective once that graph is replaced, by hybridizing

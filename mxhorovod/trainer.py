@@ -12,9 +12,8 @@ import mxnet as mx
 import numpy as np
 
 from mxhorovod import Average, Max, allreduce_, grouped_allreduce_, size
-from mxhorovod.buckets import GradientBuckets, written_since_rebind
+from mxhorovod.buckets import GradientBuckets
 from mxhorovod.compression import Compression
-from mxhorovod.functions import allgather_object
 from mxhorovod.mpi_ops import gradient_reduction
 from mxhorovod.optimizer import DistributedOptimizer, split_list
 
@@ -135,7 +134,7 @@ class DistributedTrainer(mx.gluon.Trainer):
     def _allreduce_grads(self):
         # Buckets are bound even on one rank, so param.grad() is the same kind of array
         # whatever the number of ranks.
-        buckets = self._current_buckets() if self._buckets is not None else []
+        buckets = self._buckets.for_step(self._prefix) if self._buckets is not None else []
         if size() == 1:
             return
         in_buckets = self._buckets.bound_indices if buckets else ()
@@ -156,42 +155,10 @@ class DistributedTrainer(mx.gluon.Trainer):
             for i, grad in sparse:
                 self._allreduce_row_sparse(i, grad)
 
-    def _current_buckets(self):
-        # Former gradient arrays replaced before this call: since then a backward ran, and
-        # it must have written the buckets, not them (checked once per rebinding).
-        replaced = self._buckets.take_replaced()
-        buckets = self._buckets.current()
-        for param, old in replaced:
-            if written_since_rebind(old):
-                self._buckets.rearm(replaced)
-                raise RuntimeError(
-                    "DistributedTrainer '%s': backward wrote the gradient of Parameter '%s' "
-                    "into its former array, not into its gradient bucket: a block hybridized "
-                    "with static_shape=True keeps the gradient arrays of its first backward. "
-                    "Make the DistributedTrainer before the first backward, or call "
-                    "hybridize(...) on the block again (then backward writes the buckets); "
-                    "nothing was reduced or updated in this step"
-                    % (self._prefix, param.name))
-        if self._buckets.changed and size() > 1:
-            # Ranks with different layouts would wait forever for each other's bucket
-            # names: compare once per change (a blocking allgather), fail on every rank.
-            every = allgather_object(self._buckets.layout(),
-                                     name=self._prefix + "bucket_layout")
-            differ = [r for r, other in enumerate(every) if other != every[0]]
-            if differ:
-                raise ValueError(
-                    "DistributedTrainer '%s': the gradient buckets differ between ranks "
-                    "([(bucket, dtype, elements)], [bound parameter indices]): rank 0 %s, "
-                    "rank %d %s; every rank must train the same parameters with the same "
-                    "grad_req, shapes and dtypes" % (
-                        self._prefix, every[0], differ[0], every[differ[0]]))
-        self._buckets.changed = False
-        return buckets
-
     def _allreduce_buckets(self, buckets):
         """One in-place allreduce of each bucket's flat buffer (never of its views: the
         core refuses views of one buffer in one call). Priority: that of the bucket's
-        earliest gradient in backward. Names follow the buckets' creation order (Bucket.number)."""
+        earliest gradient in backward. Names: the buckets' stable numbers."""
         names = ["%sbucket.%d" % (self._prefix, b.number) for b in buckets]
         prio = [max(self._priorities[i] for i in b.indices) for b in buckets]
         if self._num_groups <= 0:
