@@ -75,6 +75,9 @@ def _check_arrays(arrays, key, role, what):
         if not isinstance(a, mx.nd.NDArray):
             raise TypeError("kvstore 'horovod' %s(%r): %s must be NDArrays, got %s"
                             % (what, key, role, type(a).__name__))
+        if a.stype != "default":
+            raise ValueError("kvstore 'horovod' %s(%r): %s has storage %s; only dense "
+                             "(default) arrays are supported" % (what, key, role, a.stype))
     first = arrays[0]
     for a in arrays[1:]:
         if a.shape != first.shape or a.dtype != first.dtype:
@@ -85,7 +88,24 @@ def _check_arrays(arrays, key, role, what):
 
 
 def _entries(key, value, out, what):
-    """[(key, [values], [outs] or None)] for one key or a list of keys."""
+    """[(key, [values], [outs] or None)] for one key or a list of keys, every entry checked
+    (before any collective is issued, so bad input never leaves half a list in flight)."""
+    entries = _split(key, value, out, what)
+    for k, values, outs in entries:
+        _key_text(k, what)
+        _check_arrays(values, k, "value", what)
+        if outs is not None:
+            _check_arrays(outs, k, "out", what)
+            if (outs[0].shape, outs[0].dtype) != (values[0].shape, values[0].dtype):
+                raise ValueError("kvstore 'horovod' %s(%r): out has shape %s dtype %s, value "
+                                 "shape %s dtype %s" % (what, k, outs[0].shape,
+                                                        np.dtype(outs[0].dtype).name,
+                                                        values[0].shape,
+                                                        np.dtype(values[0].dtype).name))
+    return entries
+
+
+def _split(key, value, out, what):
     if isinstance(key, (list, tuple)):
         values = _as_list(value)
         if len(values) != len(key):
@@ -110,8 +130,8 @@ class Horovod(mx.kvstore.KVStoreBase):
 
     Created by ``mx.kv.create('horovod')`` (or by a Trainer given ``kvstore='horovod'``);
     creating it calls ``hvd.init()`` if that has not happened yet (ValueError when a
-    peer has already ended the job). Every rank must make
-    the same calls with the same keys in the same order: keys name the collectives.
+    peer has already ended the job). Every rank must make the same calls with the same
+    keys in the same order: keys name the collectives.
     """
 
     def __init__(self):
@@ -158,20 +178,18 @@ class Horovod(mx.kvstore.KVStoreBase):
             priority: MXNet engine priority (higher runs first).
         Raises:
             TypeError: a key that is not an int or str, or a value that is not an NDArray.
-            ValueError: lists of different lengths, or an out of another shape.
+            ValueError: lists of different lengths, or an out of another shape or dtype.
+            Nothing is sent when any entry of a list is bad.
         """
-        for k, values, outs in _entries(key, value, out, "broadcast"):
+        entries = _entries(key, value, out, "broadcast")
+        for k, values, outs in entries:
             if len(values) != 1:
                 raise ValueError("kvstore 'horovod' broadcast(%r): value must be one NDArray, "
                                  "got a list of %d" % (k, len(values)))
             if outs is None:
                 raise ValueError("kvstore 'horovod' broadcast(%r): out is required" % (k,))
-            _check_arrays(values, k, "value", "broadcast")
-            _check_arrays(outs, k, "out", "broadcast")
+        for k, values, outs in entries:
             src, name = values[0], self._name("broadcast", k)
-            if src.shape != outs[0].shape:
-                raise ValueError("kvstore 'horovod' broadcast(%r): out has shape %s, value %s"
-                                 % (k, outs[0].shape, src.shape))
             if any(o is src for o in outs):
                 broadcast_(src, root_rank=0, name=name, priority=priority)
                 result = src
@@ -200,12 +218,6 @@ class Horovod(mx.kvstore.KVStoreBase):
             dtype get an MXNetError naming the key's collective at the next read.
         """
         for k, values, outs in _entries(key, value, out, "pushpull"):
-            _check_arrays(values, k, "value", "pushpull")
-            if outs is not None:
-                _check_arrays(outs, k, "out", "pushpull")
-                if outs[0].shape != values[0].shape:
-                    raise ValueError("kvstore 'horovod' pushpull(%r): out has shape %s, value %s"
-                                     % (k, outs[0].shape, values[0].shape))
             name = self._name("pushpull", k)
             if len(values) == 1 and (outs is None or (len(outs) == 1 and outs[0] is values[0])):
                 allreduce_(values[0], name=name, priority=priority, op=Sum)

@@ -108,6 +108,15 @@ def main():
     expect(ValueError, lambda: kv.pushpull("w", [mx.nd.ones((2,)), mx.nd.ones((2,), dtype="int32")]),
            "float32", "int32")
     expect(ValueError, lambda: kv.pushpull(3, mx.nd.ones((2,)), out=mx.nd.ones((3,))), "out has shape (3,)")
+    expect(ValueError, lambda: kv.pushpull(3, mx.nd.ones((2,)), out=mx.nd.ones((2,), dtype="int32")),
+           "dtype int32", "dtype float32")
+    # A bad entry anywhere in a list: nothing sent (the good first key is not left in flight).
+    first = mx.nd.ones((2,))
+    expect(TypeError, lambda: kv.pushpull([20, 2.5], [first, mx.nd.ones((2,))]), "2.5")
+    expect(ValueError, lambda: kv.broadcast([21, 22], [first, [first, first]], out=[first, first]),
+           "one NDArray")
+    kv.pushpull(20, first)
+    np.testing.assert_allclose(first.asnumpy(), [n, n])
     expect(ValueError, lambda: kv.pushpull(3, []), "empty list")
     expect(ValueError, lambda: kv.broadcast(3, [mx.nd.ones((2,))] * 2, out=mx.nd.ones((2,))),
            "one NDArray")
