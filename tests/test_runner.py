@@ -214,18 +214,28 @@ def test_horovod_variables_from_flags(tmp_path):
         "--no-stall-check", "--stall-check-warning-time-seconds", "30",
         "--stall-check-shutdown-time-seconds", "90", "--log-level", "DEBUG",
         "--log-without-timestamp", "--hierarchical-allreduce", "--autotune",
-        "--autotune-log-file", "/tmp/at.csv", "-x", "FOO=bar baz", "python", "t.py"])
+        "--autotune-log-file", "/tmp/at.csv", "--autotune-warmup-samples", "2",
+        "--autotune-steps-per-sample", "5", "--autotune-bayes-opt-max-samples", "9",
+        "-x", "FOO=bar baz", "python", "t.py"])
     want = {"HOROVOD_FUSION_THRESHOLD": "33554432", "HOROVOD_CYCLE_TIME": "2.5",
             "HOROVOD_CACHE_CAPACITY": "0", "HOROVOD_TIMELINE": "/tmp/tl.json",
             "HOROVOD_TIMELINE_MARK_CYCLES": "1", "HOROVOD_STALL_CHECK_DISABLE": "1",
             "HOROVOD_STALL_CHECK_TIME_SECONDS": "30", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "90",
             "HOROVOD_LOG_LEVEL": "DEBUG", "HOROVOD_LOG_HIDE_TIME": "1",
             "HOROVOD_HIERARCHICAL_ALLREDUCE": "1", "HOROVOD_AUTOTUNE": "1",
-            "HOROVOD_AUTOTUNE_LOG": "/tmp/at.csv", "FOO": "bar baz"}
+            "HOROVOD_AUTOTUNE_LOG": "/tmp/at.csv", "HOROVOD_AUTOTUNE_WARMUP_SAMPLES": "2",
+            "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE": "5", "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES": "9",
+            "FOO": "bar baz"}
     assert {k: env.get(k) for k in want} == want
     # Flags this build does not act on are named, not silently accepted.
-    assert any("--hierarchical-allreduce" in n for n in notes)
-    assert any("--autotune" in n for n in notes)
+    assert len(notes) == 2, notes
+    assert "--autotune-bayes-opt-max-samples" in notes[0] and "grid search" in notes[0]
+    assert "--hierarchical-allreduce" in notes[1]
+    # Autotune's details without --autotune set nothing (horovodrun's rule).
+    _, env, _ = plan(tmp_path, HYDRA, ["-np", "2", "--autotune-log-file", "x.csv", "python", "t.py"])
+    assert "HOROVOD_AUTOTUNE_LOG" not in env and "HOROVOD_AUTOTUNE" not in env
+    _, env, notes = plan(tmp_path, HYDRA, ["-np", "2", "--no-hierarchical-allreduce", "python", "t.py"])
+    assert env["HOROVOD_HIERARCHICAL_ALLREDUCE"] == "0" and notes == []
 
 
 def test_unset_flags_keep_the_environment(tmp_path):

@@ -108,9 +108,26 @@ def build_parser():
                       action="store_const", const=False, help=argparse.SUPPRESS)
 
     auto = p.add_argument_group("autotune arguments")
-    auto.add_argument("--autotune", action="store_const", const=True,
-                      help="Sets HOROVOD_AUTOTUNE=1 (mxhorovod does not autotune: no effect).")
-    auto.add_argument("--autotune-log-file", help="HOROVOD_AUTOTUNE_LOG (with --autotune).")
+    tuning = auto.add_mutually_exclusive_group()
+    tuning.add_argument("--autotune", dest="autotune", action="store_const", const=True,
+                        help="Tune the fusion threshold and cycle time while the job runs "
+                             "(HOROVOD_AUTOTUNE=1); parameters given explicitly are the "
+                             "starting point.")
+    tuning.add_argument("--no-autotune", dest="autotune", action="store_const", const=False,
+                        help=argparse.SUPPRESS)
+    auto.add_argument("--autotune-log-file",
+                      help="CSV log of the samples and the best values (HOROVOD_AUTOTUNE_LOG).")
+    auto.add_argument("--autotune-warmup-samples", type=_nonnegative(int),
+                      help="Samples discarded before tuning (HOROVOD_AUTOTUNE_WARMUP_SAMPLES). "
+                           "(default: 1)")
+    auto.add_argument("--autotune-steps-per-sample", type=_nonnegative(int),
+                      help="Training steps per sample (HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE). "
+                           "(default: 10)")
+    auto.add_argument("--autotune-bayes-opt-max-samples", type=_nonnegative(int),
+                      help="Sets HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES (mxhorovod's "
+                           "autotuner is a grid search: no effect).")
+    auto.add_argument("--autotune-gaussian-process-noise", type=_nonnegative(float),
+                      help="Sets HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE (no effect, as above).")
 
     timeline = p.add_argument_group("timeline arguments")
     timeline.add_argument("--timeline-filename",

@@ -40,7 +40,8 @@ def prepare(args, environ=None, python=None, cores=None):
         # Ranks of one host share its cores; MXNet's OpenMP would otherwise start one thread
         # per core in every rank. Hosts are assumed to have this host's cores.
         env["OMP_NUM_THREADS"] = str(omp_threads(cores or usable_cores(), per_host))
-    notes = [text for flag, text in sorted(UNUSED_FLAGS.items()) if getattr(args, flag)]
+    notes = [text for flag, text in sorted(UNUSED_FLAGS.items())
+             if getattr(args, flag) is not None and getattr(args, flag) is not False]
     mpi = detect(find_mpirun(env, python))
     extra = shlex.split(args.mpi_args) if args.mpi_args else []
     argv, extra_env, more = mpirun_command(

@@ -12,8 +12,10 @@ LOG_LEVELS = ["TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL"]
 UNUSED_FLAGS = {
     "hierarchical_allreduce": "--hierarchical-allreduce: mxhorovod runs a flat allreduce "
                               "(HOROVOD_HIERARCHICAL_ALLREDUCE has no effect)",
-    "autotune": "--autotune: mxhorovod does not autotune (HOROVOD_AUTOTUNE has no effect); "
-                "the parameters stay as given",
+    "autotune_bayes_opt_max_samples": "--autotune-bayes-opt-max-samples: mxhorovod's "
+                                      "autotuner is a grid search (no effect)",
+    "autotune_gaussian_process_noise": "--autotune-gaussian-process-noise: mxhorovod's "
+                                       "autotuner is a grid search (no effect)",
 }
 
 
@@ -37,6 +39,10 @@ def horovod_env(args):
     if args.autotune:
         put("HOROVOD_AUTOTUNE", True, _flag)
         put("HOROVOD_AUTOTUNE_LOG", args.autotune_log_file)
+        put("HOROVOD_AUTOTUNE_WARMUP_SAMPLES", args.autotune_warmup_samples)
+        put("HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", args.autotune_steps_per_sample)
+        put("HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", args.autotune_bayes_opt_max_samples)
+        put("HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", args.autotune_gaussian_process_noise)
     if args.timeline_filename:
         put("HOROVOD_TIMELINE", args.timeline_filename)
         put("HOROVOD_TIMELINE_MARK_CYCLES", args.timeline_mark_cycles, _flag)
