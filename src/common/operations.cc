@@ -426,7 +426,14 @@ Status Initialize(int64_t comm_f2c, const std::vector<int>& ranks,
   State& st = S();
   std::unique_lock<std::mutex> lk(st.mu);
   if (st.running) return Status::OK();
-  if (st.thread.joinable()) {  // stopped by a peer: collect the old thread first
+  if (st.thread.joinable() && !st.stop_reason.empty()) {
+    // Stopped by a peer (or an error) and not shut down here since: the peers may be gone,
+    // and starting again alone would wait for them forever.
+    return Status::PreconditionError(
+        "init(): mxhorovod was stopped (" + st.stop_reason + "); call hvd.shutdown() on this "
+        "rank first, then init() on every rank together");
+  }
+  if (st.thread.joinable()) {  // collect the old thread first
     lk.unlock();
     st.thread.join();
     lk.lock();
