@@ -37,6 +37,11 @@ def mxnet_paths():
     return inc, os.path.dirname(os.path.abspath(libs[0]))
 
 
+def mxnet_version():
+    import mxnet.libinfo as libinfo
+    return libinfo.__version__
+
+
 def mpi_flags():
     wrapper = os.environ.get("MXHOROVOD_MPICXX")  # an explicit choice wins
     if wrapper and not os.path.exists(wrapper):
@@ -95,17 +100,16 @@ def extension():
                         ["-Wl,-rpath," + d for d in [mx_lib] + mpi_rpaths],
         # libmxnet.so in the 1.9.1 wheel uses the pre-C++11 std::string ABI; the inline code
         # we use from its headers (dmlc::Error) must match it.
-        define_macros=[("_GLIBCXX_USE_CXX11_ABI", "0"), ("DMLC_USE_CXX11", "1")],
+        define_macros=[("_GLIBCXX_USE_CXX11_ABI", "0"), ("DMLC_USE_CXX11", "1"),
+                       # shown by `mxhorovodrun --check-build` (mxhorovod._core.MXNET_VERSION)
+                       ("MXHOROVOD_MXNET_VERSION", '"%s"' % mxnet_version())],
         extra_compile_args=["-O3", "-Wall", "-Wno-unused-function"],
         cxx_std=17,
     )
 
 
+# Name, version and the mxhorovodrun console script: pyproject.toml ([project]).
 setup(
-    name="mxhorovod",
-    version="0.1.0",
-    description="Distributed training for Apache MXNet by ring allreduce (Horovod's API)",
     packages=find_packages(include=["mxhorovod", "mxhorovod.*"]),
     ext_modules=[extension()],
-    python_requires=">=3.8",
 )

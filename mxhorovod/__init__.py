@@ -25,3 +25,6 @@ from mxhorovod.functions import allgather_object, broadcast_object, broadcast_pa
 from mxhorovod.optimizer import DistributedOptimizer, split_list
 from mxhorovod.trainer import DistributedTrainer
 # --- end of training API ---
+
+# --- kvstore 'horovod': importing registers mx.kv.create('horovod') with MXNet ---
+from mxhorovod import kvstore  # noqa: F401

@@ -14,6 +14,7 @@ import numpy as np
 from mxnet.gluon.parameter import DeferredInitializationError, Parameter, ParameterDict
 
 from mxhorovod import allgather, broadcast_, rank, size
+from mxhorovod.process_sets import global_process_set
 
 __all__ = ["broadcast_parameters", "broadcast_object", "allgather_object"]
 
@@ -110,47 +111,51 @@ def _to_bytes_array(obj):
     return mx.nd.array(data, dtype=np.uint8)
 
 
-def broadcast_object(obj, root_rank=0, name=None):
+def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
     """Return ``root_rank``'s ``obj`` on every rank (pickled, sent as uint8).
 
     Args:
         obj: any picklable object on the root rank; ignored on the other ranks.
-        root_rank: rank whose object is returned.
+        root_rank: rank whose object is returned (numbered within ``process_set``).
         name: base name of the two collectives (default: an automatic per-call name).
+        process_set: the ranks taking part (default: all).
 
     Returns the root's object (the root gets back its own ``obj``, not a copy).
     Blocks until the object has arrived.
     Raises pickle.PicklingError (or TypeError) on the root if ``obj`` cannot be pickled.
     """
     name = _auto_name("broadcast_object", name)
-    if rank() == root_rank:
+    me = rank() if process_set is global_process_set else process_set.rank()
+    if me == root_rank:
         payload = _to_bytes_array(obj)
         length = mx.nd.array([payload.size], dtype=np.int64)
     else:
         length = mx.nd.zeros((1,), dtype=np.int64)
-    broadcast_(length, root_rank, name=name + ".size")
-    if rank() != root_rank:
+    broadcast_(length, root_rank, name=name + ".size", process_set=process_set)
+    if me != root_rank:
         payload = mx.nd.zeros((int(length.asscalar()),), dtype=np.uint8)
-    broadcast_(payload, root_rank, name=name + ".data")
-    if rank() == root_rank:
+    broadcast_(payload, root_rank, name=name + ".data", process_set=process_set)
+    if me == root_rank:
         payload.wait_to_read()
         return obj
     return pickle.loads(payload.asnumpy().tobytes())
 
 
-def allgather_object(obj, name=None):
+def allgather_object(obj, name=None, process_set=global_process_set):
     """Return the list ``[obj of rank 0, obj of rank 1, ...]`` on every rank.
 
     Args:
         obj: any picklable object (objects may differ in type and size between ranks).
         name: base name of the two collectives (default: an automatic per-call name).
+        process_set: the ranks taking part (default: all).
 
-    Returns a list of length ``size()``, in rank order. Blocks until all have arrived.
+    Returns a list of length ``size()`` (of the set), in rank order. Blocks until all have arrived.
     """
     name = _auto_name("allgather_object", name)
     payload = _to_bytes_array(obj)
-    lengths = allgather(mx.nd.array([payload.size], dtype=np.int64), name=name + ".size")
-    gathered = allgather(payload, name=name + ".data").asnumpy()
+    lengths = allgather(mx.nd.array([payload.size], dtype=np.int64), name=name + ".size",
+                        process_set=process_set)
+    gathered = allgather(payload, name=name + ".data", process_set=process_set).asnumpy()
     out, start = [], 0
     for n in lengths.asnumpy().tolist():
         out.append(pickle.loads(gathered[start:start + n].tobytes()))

@@ -12,6 +12,7 @@ import itertools
 import mxnet as mx
 
 from mxhorovod import Average, allreduce_, grouped_allreduce_, size
+from mxhorovod.process_sets import _check_member
 from mxhorovod.process_sets import _size as _ps_size
 from mxhorovod.process_sets import global_process_set
 from mxhorovod.mpi_ops import gradient_reduction
@@ -83,6 +84,7 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
         object.__setattr__(self, "_num_groups", int(num_groups))
         object.__setattr__(self, "_prefix", "DistributedOptimizer.%d." % next(_INSTANCES))
         object.__setattr__(self, "_device_id", 0)
+        _check_member(process_set, "DistributedOptimizer")
         object.__setattr__(self, "_process_set", process_set)
 
     # -- forwarding ---------------------------------------------------------------------

@@ -132,6 +132,15 @@ def _id(process_set, what):
     return process_set.process_set_id
 
 
+def _check_member(process_set, what):
+    """Raises ValueError unless ``process_set`` is registered and this rank is in it."""
+    pid = _id(process_set, what)
+    if pid != 0 and process_set.included() is False:
+        raise ValueError("%s: this rank (%d) is not in process set %d (ranks %s)"
+                         % (what, _core.topology()[0], pid, process_set.ranks))
+    return pid
+
+
 def _size(process_set, what):
     """Number of ranks of a registered set (the job size for the global set)."""
     pid = _id(process_set, what)

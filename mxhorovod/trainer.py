@@ -11,10 +11,14 @@ import warnings
 import mxnet as mx
 import numpy as np
 
-from mxhorovod import Average, Max, allreduce_, grouped_allreduce_, size
+from mxhorovod import Average, Max, allreduce_, grouped_allreduce_
+from mxhorovod.buckets import GradientBuckets
 from mxhorovod.compression import Compression
 from mxhorovod.mpi_ops import gradient_reduction
 from mxhorovod.optimizer import DistributedOptimizer, split_list
+from mxhorovod.process_sets import _check_member
+from mxhorovod.process_sets import _size as _ps_size
+from mxhorovod.process_sets import global_process_set
 
 __all__ = ["DistributedTrainer"]
 
@@ -39,22 +43,50 @@ class DistributedTrainer(mx.gluon.Trainer):
             ``f/size`` after it: the result is the mean for any ``f``.
         prefix: prefix of the collective names (default: an automatic per-trainer prefix).
         num_groups: when > 0, dense gradients go in this many grouped allreduces (per
-            dtype) instead of one allreduce per parameter.
+            dtype) instead of one allreduce per parameter (with bucket views: the buckets
+            go in this many grouped allreduces instead of one allreduce per bucket).
+        gradient_as_bucket_view: keyword only, beyond Horovod (PyTorch DDP's name and
+            meaning). When True, every dense gradient becomes a view into a flat buffer
+            (a bucket) of about ``bucket_cap_mb``, filled in backward order (last layers
+            first) per dtype; each bucket is reduced by one in-place allreduce of its
+            buffer, with no packing copies, and the engine starts it as soon as backward
+            has written the whole bucket. Same results as without. The gradients are
+            bound to their views as soon as every parameter is initialized (here, or in
+            the first forward for deferred initialization), before the first backward, and
+            again whenever a parameter gets a new gradient array (``grad_req`` changed,
+            ``cast``, ...); ``param.grad()`` then returns the view, so take it again
+            rather than keeping gradient arrays from before. A parameter's gradient is in
+            the buckets of one trainer: the newest one made over it. See
+            :mod:`mxhorovod.buckets`.
+        process_set: the ranks that train together (default: all); the gradients are
+            averaged over this set only, and every rank of it must make this trainer.
+        bucket_cap_mb: keyword only; the most MiB (2**20 bytes) of one bucket, as in DDP
+            (default 25); a single larger gradient gets a bucket of its own.
 
     Parameters with ``grad_req='null'`` are skipped; ``grad_req='add'`` accumulates
     locally and is reduced when ``step``/``allreduce_grads`` is called. row_sparse
     gradients (``Embedding(sparse_grad=True)``) are densified for the reduction and
     written back holding the rows that any rank touched, so a lazy update touches the same
     rows as one process on the whole batch would; this waits for the reduction.
+    Such gradients and ``grad_req='null'`` parameters are never in a bucket.
 
     Raises:
         TypeError: ``optimizer`` is a Trainer, or neither a str nor an Optimizer.
-        ValueError: parameters are on more than one context (use one context per rank).
+        ValueError: parameters are on more than one context (use one context per rank);
+            ``bucket_cap_mb`` < 0; and, at the first ``step``/``allreduce_grads`` after the
+            buckets changed, on every rank, when the ranks' bucket layouts differ (their
+            trainable parameters, shapes or dtypes differ), or when a newer trainer took
+            the parameters' buckets over.
+        RuntimeError: with bucket views, at the first ``step``/``allreduce_grads`` after
+            the gradients were bound, when backward still wrote a former gradient array
+            (a block hybridized with ``static_shape=True`` ran backward before this
+            trainer was made; hybridize it again). Former gradient arrays hold NaN.
     """
 
     def __init__(self, params, optimizer, optimizer_params=None,
                  compression=Compression.none, gradient_predivide_factor=1.0,
-                 prefix=None, num_groups=0):
+                 prefix=None, num_groups=0, process_set=global_process_set, *,
+                 gradient_as_bucket_view=False, bucket_cap_mb=25):
         if isinstance(optimizer, mx.gluon.Trainer):
             raise TypeError("DistributedTrainer takes an optimizer (name or "
                             "mx.optimizer.Optimizer), not a Trainer")
@@ -70,6 +102,8 @@ class DistributedTrainer(mx.gluon.Trainer):
         if gradient_predivide_factor <= 0:
             raise ValueError("gradient_predivide_factor must be > 0, got %r"
                              % (gradient_predivide_factor,))
+        if not bucket_cap_mb >= 0:
+            raise ValueError("bucket_cap_mb must be >= 0, got %r" % (bucket_cap_mb,))
         # Priority order: parameters are created in forward order, so the last ones belong
         # to the last layers, whose gradients backward produces first; they go first.
         # Taken from the given order before gluon.Trainer sorts a dict by key.
@@ -89,10 +123,16 @@ class DistributedTrainer(mx.gluon.Trainer):
         self._prefix = prefix if prefix is not None else \
             "DistributedTrainer.%d." % next(_INSTANCES)
         self._num_groups = int(num_groups)
+        self._process_set = process_set
+        _check_member(process_set, "DistributedTrainer")
+        self._buckets = GradientBuckets(self._params, self._priorities,
+                                        int(bucket_cap_mb * 2**20)) \
+            if gradient_as_bucket_view else None
 
     def _reduce_kwargs(self):
         f = self._gradient_predivide_factor
-        return dict(op=Average, prescale_factor=1.0 / f, postscale_factor=f)
+        return dict(op=Average, prescale_factor=1.0 / f, postscale_factor=f,
+                    process_set=self._process_set)
 
     def _name(self, i):
         # The same name every step: the core matches it in engine order, and the response
@@ -100,16 +140,22 @@ class DistributedTrainer(mx.gluon.Trainer):
         return "%s%d" % (self._prefix, i)
 
     def _allreduce_grads(self):
-        if size() == 1:
+        # Buckets are bound even on one rank, so param.grad() is the same kind of array
+        # whatever the number of ranks.
+        buckets = self._buckets.for_step(self._prefix, self._process_set) \
+            if self._buckets is not None else []
+        if _ps_size(self._process_set, "DistributedTrainer") == 1:
             return
+        in_buckets = self._buckets.bound_indices if buckets else ()
         dense, sparse = [], []
         for i, param in enumerate(self._params):
-            if param.grad_req == "null":
+            if param.grad_req == "null" or i in in_buckets:
                 continue
             grad = param.list_grad()[0]
             (sparse if grad.stype != "default" else dense).append((i, grad))
         # Gradients are never in MKLDNN's layout: the core need not wait for backward.
         with gradient_reduction():
+            self._allreduce_buckets(buckets)
             if self._num_groups > 0:
                 self._allreduce_grouped(dense)
             else:
@@ -117,6 +163,33 @@ class DistributedTrainer(mx.gluon.Trainer):
                     self._allreduce_one(i, grad)
             for i, grad in sparse:
                 self._allreduce_row_sparse(i, grad)
+
+    def _allreduce_buckets(self, buckets):
+        """One in-place allreduce of each bucket's flat buffer (never of its views: the
+        core refuses views of one buffer in one call). Priority: that of the bucket's
+        earliest gradient in backward. Names: the buckets' stable numbers."""
+        names = ["%sbucket.%d" % (self._prefix, b.number) for b in buckets]
+        prio = [max(self._priorities[i] for i in b.indices) for b in buckets]
+        if self._num_groups <= 0:
+            for b, name, pr in zip(buckets, names, prio):
+                sent, ctx = self._compression.compress(b.flat)
+                allreduce_(sent, name=name, priority=pr, **self._reduce_kwargs())
+                if sent is not b.flat:
+                    b.flat[:] = self._compression.decompress(sent, ctx)
+            return
+        for group in split_list(list(range(len(buckets))), self._num_groups):
+            by_dtype = {}
+            for k in group:
+                by_dtype.setdefault(buckets[k].dtype.name, []).append(k)
+            for dtype in sorted(by_dtype):
+                ks = by_dtype[dtype]
+                sent = [self._compression.compress(buckets[k].flat) for k in ks]
+                grouped_allreduce_([t for t, _ in sent],
+                                   name="%s:%d" % (names[ks[0]], len(ks)),
+                                   priority=max(prio[k] for k in ks), **self._reduce_kwargs())
+                for k, (t, ctx) in zip(ks, sent):
+                    if t is not buckets[k].flat:
+                        buckets[k].flat[:] = self._compression.decompress(t, ctx)
 
     def _allreduce_one(self, i, grad):
         sent, ctx = self._compression.compress(grad)
@@ -154,7 +227,8 @@ class DistributedTrainer(mx.gluon.Trainer):
         mask_np[grad.indices.asnumpy().astype(np.int64)] = 1.0
         mask = mx.nd.array(mask_np, ctx=grad.context)
         allreduce_(dense, name=name, priority=self._priorities[i], **self._reduce_kwargs())
-        allreduce_(mask, name=name + ".rows", priority=self._priorities[i], op=Max)
+        allreduce_(mask, name=name + ".rows", priority=self._priorities[i], op=Max,
+                   process_set=self._process_set)
         rows = np.nonzero(mask.asnumpy())[0].astype(np.int64)
         if rows.size == 0:
             result = mx.nd.sparse.zeros("row_sparse", grad.shape, ctx=grad.context,

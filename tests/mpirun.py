@@ -25,12 +25,13 @@ def mpirun_path():
     return found
 
 
-def run_ranks(np, script, args=(), timeout=180, env=None, expect_ok=True):
+def run_ranks(np, script, args=(), timeout=180, env=None, expect_ok=True, prefix=()):
     """Run ``python script args`` on ``np`` ranks; return the CompletedProcess.
 
     ``script`` is a path, or a file name under tests/workers/. With ``expect_ok`` the run
     must exit 0 and every rank must have printed ``RANK <r> OK``. A run longer than
     ``timeout`` seconds is killed and fails the test (a hang must never stall CI).
+    ``prefix``: words put before ``python`` on every rank (a wrapper command).
     """
     if not os.path.isabs(script):
         script = os.path.join(WORKERS, script)
@@ -41,7 +42,7 @@ def run_ranks(np, script, args=(), timeout=180, env=None, expect_ok=True):
         [HERE] + [p for p in full_env.get("PYTHONPATH", "").split(os.pathsep) if p])
     if env:
         full_env.update(env)
-    cmd = [mpirun_path(), "-np", str(np), sys.executable, script] + [str(a) for a in args]
+    cmd = [mpirun_path(), "-np", str(np)] + list(prefix) + [sys.executable, script] + [str(a) for a in args]
     proc = subprocess.Popen(cmd, env=full_env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:

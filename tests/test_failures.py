@@ -16,7 +16,7 @@ TIME = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}"
 
 @pytest.mark.parametrize("np_,mode", [(3, "shutdown"), (2, "exit")])
 def test_peer_shutdown_while_others_wait(np_, mode):
-    # Rank 1 stops; the worker asserts the others' error texts (names, 'rank 1 shut down').
+    # Rank 1 stops; the worker asserts the others' error texts (names, 'a peer rank shut down ... (rank 1:').
     run_ranks(np_, "ops_peer_shutdown.py", [mode], timeout=240)
 
 

@@ -23,3 +23,9 @@ def test_trainer_features(np_):
 def test_broadcast_helpers(np_):
     # Deferred init, inference-mode MKLDNN weights, Module dicts, broadcast/allgather_object.
     run_ranks(np_, "train_broadcast.py", timeout=240)
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_trainer_in_a_process_set(np_):
+    # Ranks 0 and 1 train together (plain and bucket views); others alone, never waited for.
+    run_ranks(np_, "train_process_set.py", timeout=240)

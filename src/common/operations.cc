@@ -9,6 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <initializer_list>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -20,6 +21,7 @@
 #include "executor.h"
 #include "fusion.h"
 #include "logging.h"
+#include "ops/mpi_hierarchical.h"
 #include "ops/mpi_wait.h"
 #include "process_set.h"
 #include "stop_reason.h"
@@ -70,9 +72,26 @@ Status MPICheck(int rc, const char* what) {
   return Status::UnknownError(std::string(what) + " failed: " + MPIErrorString(rc));
 }
 
+// The communicators of the host grouping, kept for the hierarchical allreduce; freed when
+// the background loop ends.
+struct HostComms {
+  MPI_Comm local = MPI_COMM_NULL;  // the ranks of this host
+  MPI_Comm cross = MPI_COMM_NULL;  // the ranks with this local rank, one per host
+};
+
+// Frees communicators that are not null (unless MPI is finalized).
+void FreeComms(std::initializer_list<MPI_Comm*> comms) {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  for (MPI_Comm* c : comms) {
+    if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
+  }
+}
+
 // Groups the ranks by host name (not by a shared-memory split, which need not match the
-// hosts) and returns the local and cross communicators' coordinates.
-Status BuildTopology(MPI_Comm comm, Topology* t) {
+// hosts) and returns the local and cross communicators and their coordinates.
+Status BuildTopology(MPI_Comm comm, Topology* t, HostComms* hc) {
   MPI_Comm_rank(comm, &t->rank);
   MPI_Comm_size(comm, &t->size);
   char host[256] = {0};
@@ -91,12 +110,13 @@ Status BuildTopology(MPI_Comm comm, Topology* t) {
   MPI_Comm_split(comm, t->local_rank, t->rank, &cross);
   MPI_Comm_rank(cross, &t->cross_rank);
   MPI_Comm_size(cross, &t->cross_size);
-  MPI_Comm_free(&local);
-  MPI_Comm_free(&cross);
+  hc->local = local;
+  hc->cross = cross;
   return Status::OK();
 }
 
-Status StartMPI(int64_t comm_f2c, const std::vector<int>& ranks, MPI_Comm* comm, Topology* topo) {
+Status StartMPI(int64_t comm_f2c, const std::vector<int>& ranks, bool hierarchical, MPI_Comm* comm,
+                Topology* topo, HostComms* hc) {
   State& st = S();
   int inited = 0, finalized = 0;
   MPI_Finalized(&finalized);
@@ -136,7 +156,9 @@ Status StartMPI(int64_t comm_f2c, const std::vector<int>& ranks, MPI_Comm* comm,
   if (sub != MPI_COMM_NULL) MPI_Comm_free(&sub);
   if (!s.ok()) return s;
   MPI_Comm_set_errhandler(*comm, MPI_ERRORS_RETURN);
-  return BuildTopology(*comm, topo);
+  s = BuildTopology(*comm, topo, hc);
+  if (!s.ok()) return s;
+  return AgreeOnHierarchical(*comm, hierarchical);
 }
 
 void FailEntries(std::vector<TensorTableEntry>&& entries, const std::string& why) {
@@ -309,7 +331,8 @@ void BackgroundLoop(StartArgs args) {
   const Config& cfg = args.cfg;
   MPI_Comm comm = MPI_COMM_NULL;
   Topology topo;
-  Status s = StartMPI(args.comm_f2c, args.ranks, &comm, &topo);
+  HostComms hc;
+  Status s = StartMPI(args.comm_f2c, args.ranks, cfg.hierarchical_allreduce, &comm, &topo, &hc);
   std::shared_ptr<ProcessSet> global;
   if (s.ok()) {
     ConfigureLogging(cfg.log, topo.rank);
@@ -325,12 +348,17 @@ void BackgroundLoop(StartArgs args) {
     global->size = topo.size;
     global->included = true;
     global->Open(comm, cfg);
+    if (cfg.hierarchical_allreduce) global->UseHierarchical(hc.local, hc.cross, cfg);
     st.next_set_id = 1;
     st.sets.Put(global);
     s = StartStaticSets(comm, topo.rank, topo.size, args.process_sets, cfg);
     if (!s.ok()) {
       for (auto& set : st.sets.Clear()) set->Close();
     }
+  }
+  if (!s.ok()) {
+    if (global) comm = MPI_COMM_NULL;  // the global set owned and freed it
+    FreeComms({&comm, &hc.local, &hc.cross});
   }
   {
     std::lock_guard<std::mutex> lk(st.mu);
@@ -361,9 +389,7 @@ void BackgroundLoop(StartArgs args) {
     live.zero_copy_bytes = p.zero_copy_bytes;
     live.slice_bytes = p.slice_bytes;
     cycle = std::chrono::duration<double, std::milli>(p.cycle_time_ms);
-    for (auto& set : st.sets.All()) {
-      if (set->backend) set->backend->set_slice_bytes(p.slice_bytes);
-    }
+    for (auto& set : st.sets.All()) set->SetSliceBytes(p.slice_bytes);
   };
   if (tuner) apply(tuner->params());
   std::string reason;
@@ -426,6 +452,7 @@ void BackgroundLoop(StartArgs args) {
     FailEntries(std::move(left), why);
     set->Close();  // frees comm for the global set
   }
+  FreeComms({&hc.local, &hc.cross});
   Timeline::Get().Stop();  // [timeline] the closing bracket, whoever stopped the loop
 }
 
@@ -436,7 +463,14 @@ Status Initialize(int64_t comm_f2c, const std::vector<int>& ranks,
   State& st = S();
   std::unique_lock<std::mutex> lk(st.mu);
   if (st.running) return Status::OK();
-  if (st.thread.joinable()) {  // stopped by a peer: collect the old thread first
+  if (st.thread.joinable() && !st.stop_reason.empty()) {
+    // Stopped by a peer (or an error) and not shut down here since: the peers may be gone,
+    // and starting again alone would wait for them forever.
+    return Status::PreconditionError(
+        "init(): mxhorovod was stopped (" + st.stop_reason + "); call hvd.shutdown() on this "
+        "rank first, then init() on every rank together");
+  }
+  if (st.thread.joinable()) {  // collect the old thread first
     lk.unlock();
     st.thread.join();
     lk.lock();

@@ -16,9 +16,20 @@ void ProcessSet::Open(MPI_Comm c, const Config& cfg) {
   if (id != 0) controller->set_stall_scope(Describe(), ranks);  // [stall]
 }
 
+void ProcessSet::UseHierarchical(MPI_Comm local, MPI_Comm cross, const Config& cfg) {
+  hierarchical.reset(new MPIHierarchicalBackend(backend.get(), local, cross, cfg.slice_bytes));
+  executor.reset(new Executor(hierarchical.get(), rank, size));
+}
+
+void ProcessSet::SetSliceBytes(int64_t bytes) {
+  if (backend) backend->set_slice_bytes(bytes);
+  if (hierarchical) hierarchical->set_slice_bytes(bytes);
+}
+
 void ProcessSet::Close() {
   controller.reset();
   executor.reset();
+  hierarchical.reset();
   backend.reset();
   int finalized = 0;
   MPI_Finalized(&finalized);

@@ -17,6 +17,7 @@
 #include "controller.h"
 #include "executor.h"
 #include "ops/mpi_backend.h"
+#include "ops/mpi_hierarchical.h"
 #include "tensor_queue.h"
 
 namespace mxhorovod {
@@ -31,11 +32,17 @@ struct ProcessSet {
   // Members only; made and destroyed by the background thread (it makes every MPI call).
   MPI_Comm comm = MPI_COMM_NULL;
   std::unique_ptr<MPIBackend> backend;
+  std::unique_ptr<MPIHierarchicalBackend> hierarchical;  // global set, HOROVOD_HIERARCHICAL_ALLREDUCE
   std::unique_ptr<Executor> executor;
   std::unique_ptr<Controller> controller;
 
   // Builds the MPI side on `comm` (owned from now on). Background thread.
   void Open(MPI_Comm comm, const Config& cfg);
+  // Allreduce within hosts, across them, then within (the global set: `local` and `cross`
+  // are the host grouping of its communicator; not owned).
+  void UseHierarchical(MPI_Comm local, MPI_Comm cross, const Config& cfg);
+  // Autotuning: the per-call slice size of the data plane.
+  void SetSliceBytes(int64_t bytes);
   // Frees the MPI side (communicator included). Background thread; idempotent.
   void Close();
   std::string Describe() const;  // "process set 2 (ranks [0, 1])"

@@ -7,10 +7,11 @@
 namespace mxhorovod {
 
 std::string PeerShutdownReason(const std::vector<int>& ranks) {
-  std::string who = ranks.empty() ? "a peer rank"
-                    : ranks.size() == 1 ? "rank " + std::to_string(ranks[0])
-                                        : "ranks " + RankList(ranks);
-  return who + " shut down mxhorovod (hvd.shutdown() or process exit) while this rank was waiting";
+  std::string who = ranks.empty() ? ""
+                    : ranks.size() == 1 ? "rank " + std::to_string(ranks[0]) + ": "
+                                        : "ranks " + RankList(ranks) + ": ";
+  return "a peer rank shut down mxhorovod (" + who +
+         "hvd.shutdown() or process exit) while this rank was waiting";
 }
 
 std::string WithPendingNames(const std::string& reason, const std::vector<TensorTableEntry>& entries) {

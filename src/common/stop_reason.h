@@ -10,8 +10,8 @@
 
 namespace mxhorovod {
 
-// "rank 1 shut down mxhorovod (hvd.shutdown() or process exit) while this rank was waiting"
-// (ranks empty: an unnamed peer).
+// "a peer rank shut down mxhorovod (rank 1: hvd.shutdown() or process exit) while this rank
+// was waiting" (ranks empty: no rank named).
 std::string PeerShutdownReason(const std::vector<int>& ranks);
 // reason + "; pending on this rank: allreduce 'a', broadcast 'b'" (at most 10 names, then
 // the count), or reason alone when nothing is pending.

@@ -25,10 +25,12 @@ class MPIBackend : public Backend {
                    const std::vector<int64_t>& recv_bytes) override;
   Status Reducescatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
                        DataType dtype, ReduceOp op) override;
-
- private:
+  // The MPI datatype and op of a dtype (float16: our own type and ops); also used by the
+  // hierarchical backend, which shares them.
   MPI_Datatype Type(DataType t) const;
   MPI_Op Op(DataType t, ReduceOp op) const;
+
+ private:
   MPI_Comm comm_;
   int64_t slice_bytes_;
   MPI_Datatype float16_ = MPI_DATATYPE_NULL;

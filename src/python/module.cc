@@ -78,6 +78,9 @@ py::tuple TopologyTuple() {
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "mxhorovod core: background thread, negotiation, fusion, MPI (internal)";
+#ifdef MXHOROVOD_MXNET_VERSION
+  m.attr("MXNET_VERSION") = MXHOROVOD_MXNET_VERSION;  // the MXNet whose headers built us
+#endif
   m.def("init", &Init, py::arg("comm_f2c") = kWorldComm, py::arg("ranks") = std::vector<int>(),
         py::arg("process_sets") = std::vector<std::vector<int>>(), py::arg("dynamic") = false);
   m.attr("WORLD_COMM") = kWorldComm;

@@ -1,10 +1,13 @@
 """Every collective, dtype and op on every rank, against numpy on the inputs of all ranks
 (each rank regenerates every rank's input from a seed, so the expectation is independent
 of the library). Prints RANK <r> OK at the end."""
+import socket
+
 import mxnet as mx
 import numpy as np
 
 import mxhorovod as hvd
+from topology_expect import check_topology
 
 hvd.init()
 r, n = hvd.rank(), hvd.size()
@@ -169,6 +172,7 @@ tmp = hvd.allreduce(mx.nd.ones((1000,)) * 2 * (r + 1), op=hvd.Sum, name="tempora
 import gc; gc.collect()
 close(tmp.asnumpy(), np.full((1000,), n * (n + 1), "float32"), "float32", "temporary")
 
-assert hvd.local_size() == n and hvd.local_rank() == r and hvd.cross_size() == 1 and hvd.cross_rank() == 0
+# Topology from the host names (one host: local_size == size; namespace hosts: per host).
+check_topology(hvd, hvd.allgather_object(socket.gethostname()))
 hvd.shutdown()
 print("RANK %d OK" % r, flush=True)

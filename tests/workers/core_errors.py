@@ -129,5 +129,22 @@ for call in (lambda: hvd.allreduce(mx.nd.ones(2), name="after"), lambda: hvd.ran
         assert "not initialized" in str(e) or "has not been initialized" in str(e), str(e)
 hvd.init()
 works("reinit")
+# A peer's shutdown stops this rank too; init() alone would wait for gone peers forever,
+# so it is refused until this rank has shut down as well; then all start together.
+if r == 0:
+    hvd.shutdown()
+else:
+    deadline = time.time() + 30
+    while hvd.is_initialized() and time.time() < deadline:
+        time.sleep(0.01)
+    assert not hvd.is_initialized()
+    try:
+        hvd.init()
+        raise AssertionError("init() after a peer's shutdown accepted")
+    except ValueError as e:
+        assert "call hvd.shutdown() on this rank first" in str(e), str(e)
+    hvd.shutdown()
+hvd.init()
+works("after.peer.shutdown")
 hvd.shutdown()
 print("RANK %d OK" % r, flush=True)

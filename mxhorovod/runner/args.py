@@ -1,0 +1,192 @@
+"""mxhorovodrun's command line: horovodrun 0.28.1's flag names, meanings and defaults for
+everything that applies to an MPI job, plus --ssh-command and -x."""
+import argparse
+import os
+
+from mxhorovod.runner.settings import LOG_LEVELS
+
+__all__ = ["build_parser", "parse_args"]
+
+_EPILOG = """\
+environment:
+  MXHOROVOD_MPIRUN       the mpirun to use (default: the one next to this Python, then PATH)
+  MXHOROVOD_SSH_COMMAND  default of --ssh-command
+
+mxhorovodrun runs mpirun with -np N and the HOROVOD_* variables of the flags, and
+OMP_NUM_THREADS = cores / ranks per host when it is not set; its exit status is mpirun's.
+"""
+
+
+def _nonnegative(kind):
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError("%r is not a number" % text) from None
+        if value < 0:
+            raise argparse.ArgumentTypeError("%s must be >= 0" % text)
+        return value
+    return parse
+
+
+def _positive_int(text):
+    value = _nonnegative(int)(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("%s must be >= 1" % text)
+    return value
+
+
+class _Interfaces(argparse.Action):
+    """--network-interfaces eth0,eth1 / --network-interface eth0 (repeatable): a set."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        current = set(getattr(namespace, self.dest, None) or ())
+        current.update(v for v in values.split(",") if v)
+        setattr(namespace, self.dest, current)
+
+
+def build_parser():
+    p = argparse.ArgumentParser(
+        prog="mxhorovodrun", epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run a training script on N processes with the installed MPI "
+                    "(horovodrun's flags).")
+    p.add_argument("-v", "--version", action="store_true",
+                   help="Shows the mxhorovod version.")
+    p.add_argument("-np", "--num-proc", dest="num_proc", type=_positive_int,
+                   help="Total number of training processes.")
+    p.add_argument("-cb", "--check-build", action="store_true", dest="check_build",
+                   help="Shows the MXNet version this build was made against, the MPI "
+                        "found, and which frameworks, controllers and tensor operations "
+                        "are built in.")
+    p.add_argument("--disable-cache", action="store_true", dest="disable_cache",
+                   help="Accepted for horovodrun compatibility: mxhorovodrun caches nothing.")
+    p.add_argument("--network-interfaces", "--network-interface", dest="nics",
+                   action=_Interfaces, metavar="NICS",
+                   help="Network interfaces MPI uses, comma-separated (hydra and Intel MPI "
+                        "take the first one: -iface). Example: --network-interfaces eth0.")
+    p.add_argument("--verbose", action="store_true",
+                   help="Prints the MPI found and the mpirun command line.")
+    p.add_argument("--mpi", action="store_true", dest="use_mpi",
+                   help="Use MPI (the only controller of mxhorovod; the default).")
+    p.add_argument("--gloo", action="store_true", dest="use_gloo",
+                   help="Refused: mxhorovod has no Gloo controller.")
+    p.add_argument("--mpi-args", dest="mpi_args",
+                   help='More mpirun arguments, e.g. --mpi-args="-genv FOO 1".')
+    p.add_argument("-x", dest="env", action="append", default=[], metavar="NAME[=VALUE]",
+                   help="Set (with =VALUE) and forward an environment variable to every "
+                        "rank (repeatable).")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="Command to be executed.")
+
+    ssh = p.add_argument_group("SSH arguments")
+    ssh.add_argument("-p", "--ssh-port", dest="ssh_port", type=_positive_int,
+                     help="SSH port on all the hosts.")
+    ssh.add_argument("-i", "--ssh-identity-file", dest="ssh_identity_file",
+                     help="File from which ssh reads the identity (private key).")
+    ssh.add_argument("--ssh-command", dest="ssh_command",
+                     default=os.environ.get("MXHOROVOD_SSH_COMMAND") or None,
+                     help="Program that mpirun runs instead of ssh to start the remote "
+                          "processes, called like ssh (options, host, command); e.g. a "
+                          "stand-in that enters a network namespace (default: "
+                          "$MXHOROVOD_SSH_COMMAND).")
+
+    tune = p.add_argument_group("tuneable parameter arguments")
+    tune.add_argument("--fusion-threshold-mb", type=_nonnegative(int),
+                      help="Fusion buffer threshold in MB (HOROVOD_FUSION_THRESHOLD, in "
+                           "bytes). 0 disables tensor fusion. (default: 128)")
+    tune.add_argument("--cycle-time-ms", type=_nonnegative(float),
+                      help="Cycle time in ms between negotiation cycles (HOROVOD_CYCLE_TIME). "
+                           "(default: 1)")
+    tune.add_argument("--cache-capacity", type=_nonnegative(int),
+                      help="Response cache entries (HOROVOD_CACHE_CAPACITY); 0 turns the "
+                           "cache off. (default: 1024)")
+    hier = tune.add_mutually_exclusive_group()
+    hier.add_argument("--hierarchical-allreduce", dest="hierarchical_allreduce",
+                      action="store_const", const=True,
+                      help="Sets HOROVOD_HIERARCHICAL_ALLREDUCE=1: allreduce within each "
+                           "host, across hosts (one rank per host), then within the host.")
+    hier.add_argument("--no-hierarchical-allreduce", dest="hierarchical_allreduce",
+                      action="store_const", const=False, help=argparse.SUPPRESS)
+
+    auto = p.add_argument_group("autotune arguments")
+    tuning = auto.add_mutually_exclusive_group()
+    tuning.add_argument("--autotune", dest="autotune", action="store_const", const=True,
+                        help="Tune the fusion threshold and cycle time while the job runs "
+                             "(HOROVOD_AUTOTUNE=1); parameters given explicitly are the "
+                             "starting point.")
+    tuning.add_argument("--no-autotune", dest="autotune", action="store_const", const=False,
+                        help=argparse.SUPPRESS)
+    auto.add_argument("--autotune-log-file",
+                      help="CSV log of the samples and the best values (HOROVOD_AUTOTUNE_LOG).")
+    auto.add_argument("--autotune-warmup-samples", type=_nonnegative(int),
+                      help="Samples discarded before tuning (HOROVOD_AUTOTUNE_WARMUP_SAMPLES). "
+                           "(default: 1)")
+    auto.add_argument("--autotune-steps-per-sample", type=_nonnegative(int),
+                      help="Training steps per sample (HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE). "
+                           "(default: 10)")
+    auto.add_argument("--autotune-bayes-opt-max-samples", type=_nonnegative(int),
+                      help="Sets HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES (mxhorovod's "
+                           "autotuner is a grid search: no effect).")
+    auto.add_argument("--autotune-gaussian-process-noise", type=_nonnegative(float),
+                      help="Sets HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE (no effect, as above).")
+
+    timeline = p.add_argument_group("timeline arguments")
+    timeline.add_argument("--timeline-filename",
+                          help="JSON file of the timeline of events (HOROVOD_TIMELINE).")
+    marks = timeline.add_mutually_exclusive_group()
+    marks.add_argument("--timeline-mark-cycles", dest="timeline_mark_cycles",
+                       action="store_const", const=True,
+                       help="Mark cycles on the timeline (HOROVOD_TIMELINE_MARK_CYCLES).")
+    marks.add_argument("--no-timeline-mark-cycles", dest="timeline_mark_cycles",
+                       action="store_const", const=False, help=argparse.SUPPRESS)
+
+    stall = p.add_argument_group("stall check arguments")
+    enabled = stall.add_mutually_exclusive_group()
+    enabled.add_argument("--no-stall-check", dest="no_stall_check",
+                         action="store_const", const=True,
+                         help="Disable the stall check (HOROVOD_STALL_CHECK_DISABLE=1).")
+    enabled.add_argument("--stall-check", dest="no_stall_check",
+                         action="store_const", const=False, help=argparse.SUPPRESS)
+    stall.add_argument("--stall-check-warning-time-seconds", type=_nonnegative(int),
+                       help="Seconds until the stall warning is logged "
+                            "(HOROVOD_STALL_CHECK_TIME_SECONDS). (default: 60)")
+    stall.add_argument("--stall-check-shutdown-time-seconds", type=_nonnegative(int),
+                       help="Seconds until a stalled job is shut down "
+                            "(HOROVOD_STALL_SHUTDOWN_TIME_SECONDS); 0: never. (default: 0)")
+
+    log = p.add_argument_group("logging arguments")
+    log.add_argument("--log-level", choices=LOG_LEVELS,
+                     help="Minimum level of the backend's log (HOROVOD_LOG_LEVEL). "
+                          "(default: WARNING)")
+    stamp = log.add_mutually_exclusive_group()
+    stamp.add_argument("--log-without-timestamp", dest="log_with_timestamp",
+                       action="store_const", const=False,
+                       help="Hide the timestamp of the log (HOROVOD_LOG_HIDE_TIME=1).")
+    stamp.add_argument("--log-with-timestamp", dest="log_with_timestamp",
+                       action="store_const", const=True, help=argparse.SUPPRESS)
+
+    hosts = p.add_argument_group("host arguments").add_mutually_exclusive_group()
+    hosts.add_argument("-H", "--hosts", dest="hosts",
+                       help="Hosts and their slots: host1:2,host2:4 (a bare name: 1 slot). "
+                            "Default: this host, -np slots.")
+    hosts.add_argument("-hostfile", "--hostfile", dest="hostfile",
+                       help="File of hosts, one a line: 'host slots=N' (or host:N).")
+    return p
+
+
+def parse_args(argv=None):
+    """The parsed arguments; exits with status 2 and a usage message on bad input."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.version or args.check_build:
+        return args
+    if args.use_gloo:
+        parser.error("--gloo: mxhorovod has no Gloo controller; it runs on MPI (drop --gloo)")
+    if args.num_proc is None:
+        parser.error("-np/--num-proc is required (the number of processes)")
+    if not args.command:
+        parser.error("no command to run: mxhorovodrun -np %d python train.py ..." % args.num_proc)
+    for item in args.env:
+        name = item.split("=", 1)[0]
+        if not name or not name.replace("_", "a").isalnum() or name[0].isdigit():
+            parser.error("-x %s: not an environment variable name (NAME or NAME=VALUE)" % item)
+    return args

@@ -1,0 +1,65 @@
+"""The environment mxhorovodrun gives the ranks: HOROVOD_* variables from the flags (names,
+units and transformations of horovodrun 0.28.1's config_parser.set_env_from_args),
+-x variables, and OMP_NUM_THREADS."""
+import os
+
+__all__ = ["LOG_LEVELS", "UNUSED_FLAGS", "horovod_env", "omp_threads", "usable_cores"]
+
+LOG_LEVELS = ["TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL"]
+
+# Flags horovodrun users pass that set a variable this build does not act on; the launcher
+# says so instead of letting the user believe they work.
+UNUSED_FLAGS = {
+    "autotune_bayes_opt_max_samples": "--autotune-bayes-opt-max-samples: mxhorovod's "
+                                      "autotuner is a grid search (no effect)",
+    "autotune_gaussian_process_noise": "--autotune-gaussian-process-noise: mxhorovod's "
+                                       "autotuner is a grid search (no effect)",
+}
+
+
+def _flag(value):
+    return "1" if value else "0"
+
+
+def horovod_env(args):
+    """{name: value} of the HOROVOD_* variables that the given flags set (unset flags set
+    nothing, so a variable already in the environment keeps its value)."""
+    env = {}
+
+    def put(name, value, transform=str):
+        if value is not None:
+            env[name] = transform(value)
+
+    put("HOROVOD_FUSION_THRESHOLD", args.fusion_threshold_mb, lambda mb: str(mb * 1024 * 1024))
+    put("HOROVOD_CYCLE_TIME", args.cycle_time_ms, lambda ms: str(float(ms)))
+    put("HOROVOD_CACHE_CAPACITY", args.cache_capacity)
+    put("HOROVOD_HIERARCHICAL_ALLREDUCE", args.hierarchical_allreduce, _flag)
+    if args.autotune:
+        put("HOROVOD_AUTOTUNE", True, _flag)
+        put("HOROVOD_AUTOTUNE_LOG", args.autotune_log_file)
+        put("HOROVOD_AUTOTUNE_WARMUP_SAMPLES", args.autotune_warmup_samples)
+        put("HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", args.autotune_steps_per_sample)
+        put("HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", args.autotune_bayes_opt_max_samples)
+        put("HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", args.autotune_gaussian_process_noise)
+    if args.timeline_filename:
+        put("HOROVOD_TIMELINE", args.timeline_filename)
+        put("HOROVOD_TIMELINE_MARK_CYCLES", args.timeline_mark_cycles, _flag)
+    put("HOROVOD_STALL_CHECK_DISABLE", args.no_stall_check, _flag)
+    put("HOROVOD_STALL_CHECK_TIME_SECONDS", args.stall_check_warning_time_seconds)
+    put("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", args.stall_check_shutdown_time_seconds)
+    put("HOROVOD_LOG_LEVEL", args.log_level)
+    put("HOROVOD_LOG_HIDE_TIME", args.log_with_timestamp, lambda v: _flag(not v))
+    return env
+
+
+def usable_cores():
+    """Cores this process may run on (its CPU affinity), else the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def omp_threads(cores, ranks_per_host):
+    """OpenMP threads per rank so the ranks of one host share its cores: at least 1."""
+    return max(1, cores // max(1, ranks_per_host))

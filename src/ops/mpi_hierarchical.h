@@ -1,0 +1,57 @@
+// Hierarchical allreduce (HOROVOD_HIERARCHICAL_ALLREDUCE=1): on hosts with several ranks,
+// most of the bytes of a flat allreduce cross the network several times. Here each host
+// first reduces onto its local rank 0 (over the local communicator: shared memory), the
+// local roots allreduce among themselves (the cross communicator of local rank 0: one
+// rank per host on the network), and each local root broadcasts the result to its host.
+// Both communicators come from the host-name grouping of the topology. Every other
+// collective goes to the flat backend. Sliced like the flat backend (slice_bytes per call).
+#ifndef MXHOROVOD_OPS_MPI_HIERARCHICAL_H_
+#define MXHOROVOD_OPS_MPI_HIERARCHICAL_H_
+
+#include <mpi.h>
+
+#include "ops/mpi_backend.h"
+
+namespace mxhorovod {
+
+class MPIHierarchicalBackend : public Backend {
+ public:
+  // flat: used for its MPI types and ops and for every collective but allreduce; must
+  // outlive this. local: the ranks of this host; cross: the ranks with this local rank,
+  // one per host (used only on local rank 0). Neither is freed here.
+  MPIHierarchicalBackend(MPIBackend* flat, MPI_Comm local, MPI_Comm cross, int64_t slice_bytes);
+  const char* name() const override { return "MPI hierarchical"; }
+  Status Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp op) override;
+  Status Broadcast(void* buf, int64_t bytes, int root) override {
+    return flat_->Broadcast(buf, bytes, root);
+  }
+  Status Allgatherv(const void* send, int64_t send_bytes, void* recv,
+                    const std::vector<int64_t>& recv_bytes) override {
+    return flat_->Allgatherv(send, send_bytes, recv, recv_bytes);
+  }
+  Status Alltoallv(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
+                   const std::vector<int64_t>& recv_bytes) override {
+    return flat_->Alltoallv(send, send_bytes, recv, recv_bytes);
+  }
+  Status Reducescatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
+                       DataType dtype, ReduceOp op) override {
+    return flat_->Reducescatter(send, recv, recv_counts, dtype, op);
+  }
+  void set_slice_bytes(int64_t bytes) { slice_bytes_ = bytes > 0 ? bytes : slice_bytes_; }
+
+ private:
+  Status AllreduceSlice(char* p, int n, MPI_Datatype type, MPI_Op op);
+  MPIBackend* flat_;
+  MPI_Comm local_, cross_;
+  int local_rank_ = 0, local_size_ = 1, cross_size_ = 1;
+  int64_t slice_bytes_;
+};
+
+// Collective over comm (every rank calls it at start-up): OK when every rank has the same
+// HOROVOD_HIERARCHICAL_ALLREDUCE setting, else an error listing the ranks on each side
+// (ranks that disagree would call different collectives and hang).
+Status AgreeOnHierarchical(MPI_Comm comm, bool mine);
+
+}  // namespace mxhorovod
+
+#endif  // MXHOROVOD_OPS_MPI_HIERARCHICAL_H_

@@ -1,0 +1,15 @@
+"""DistributedTrainer with contiguous gradient buckets on several ranks: each worker
+compares every rank's parameters with the run without bucket views and with one process
+trained on the concatenated batch (see tests/workers/train_buckets.py)."""
+import pytest
+
+from mpirun import run_ranks
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_bucket_views_train_like_one_process(np_):
+    # SGD, Adam hybridized with static_alloc; allreduce_grads then update; grad_req='add';
+    # deferred init; float32+float64 with grad_req='null' parameters; re-bucketing when
+    # grad_req changes; fp16 compression; num_groups with predivide; save/load of the
+    # trainer states; ranks whose layouts differ get a ValueError, not a hang.
+    run_ranks(np_, "train_buckets.py", timeout=300)

@@ -1,0 +1,149 @@
+"""Several hosts through MPI (issue 7), on hosts made of network namespaces on this machine
+(tests/netns_hosts.py): ranks launched through an ssh stand-in, each host with its own
+network stack, address and host name. Unless a test says otherwise the network path is
+forced (MPIR_CVAR_NOLOCAL=1, UCX_TLS=tcp,self, UCX_NET_DEVICES=eth0), so every byte between
+hosts crosses the veths; the interface counters prove it.
+
+Also here: hierarchical allreduce (HOROVOD_HIERARCHICAL_ALLREDUCE=1) on one host and on
+"fake hosts" (one machine, host names set per rank by ``unshare --uts``), which need no
+namespaces. Skipped with the reason where namespaces (or UTS namespaces) are not allowed.
+"""
+import pytest
+
+from mpirun import run_ranks
+from netns_hosts import NetnsHosts, NetnsUnavailable, fake_hosts_prefix, fake_hosts_unavailable
+
+HIER = {"HOROVOD_HIERARCHICAL_ALLREDUCE": "1"}
+BIG_BYTES = 3 * 1024 * 1024 * 4  # core_collectives.py's "big" float32 tensor
+# Fewer training scenarios than test_training_multi.py: both wrappers, groups, Module fit.
+TRAIN_SCENARIOS = ["trainer_sgd", "trainer_groups_predivide", "opt_in_gluon_trainer_adam",
+                   "module_fit_sgd"]
+
+
+@pytest.fixture(scope="module")
+def hosts():
+    """Three namespace hosts h1, h2, h3 for the whole module, torn down at its end."""
+    try:
+        with NetnsHosts(3) as made:
+            yield made
+    except NetnsUnavailable as e:
+        pytest.skip("no network namespaces: %s" % e)
+
+
+def received(proc, host):
+    """Bytes that ``host`` received during ``proc`` (from the interface counters)."""
+    return proc.counters_after[host][0] - proc.counters_before[host][0]
+
+
+# -- topology ----------------------------------------------------------------------------
+
+def test_topology_2x2_on_every_rank(hosts):
+    hosts.run(["h1", "h2"], "multihost_topology.py", ["h1,h1,h2,h2"], ppn=2, timeout=120)
+
+
+def test_topology_uneven_hosts_shared_memory_allowed(hosts):
+    # One rank on h1, two on h2, one on h3 (local_size 1 and 2; cross_size 3 and 1), with
+    # the default transports (shared memory across the namespaces): grouping is by host.
+    hosts.run(["h1:1", "h2:2", "h3:1"], "multihost_topology.py", ["h1,h2,h2,h3"], np=4,
+              timeout=120, force_network=False)
+
+
+# -- collectives -------------------------------------------------------------------------
+
+def test_collectives_2x2_cross_the_network(hosts):
+    # The same worker and numpy expectations as 4 ranks on one host (test_core_multi.py).
+    # mpirun runs on h1 (-iface eth0), as a user on a cluster's first node would start it.
+    proc = hosts.run(["h1", "h2"], "core_collectives.py", ppn=2, timeout=240, launch_from="h1")
+    # Each host needs the other host's share of the big tensor at least once.
+    for h in ("h1", "h2"):
+        assert received(proc, h) >= BIG_BYTES, (h, received(proc, h), BIG_BYTES)
+    assert received(proc, "h3") < 1 << 20, "h3 was not in the job"
+
+
+def test_hierarchical_collectives_2x2(hosts):
+    proc = hosts.run(["h1", "h2"], "core_collectives.py", ppn=2, timeout=240,
+                     env=dict(HIER, HOROVOD_FUSION_THRESHOLD=str(1 << 20),
+                              MXHOROVOD_SLICE_BYTES=str(1 << 18)))
+    for h in ("h1", "h2"):
+        assert received(proc, h) >= BIG_BYTES, (h, received(proc, h))
+
+
+def test_hierarchical_sends_less_between_hosts(hosts):
+    # With MPICH's ring forced for every allreduce, a flat 4-rank ring crosses between the
+    # hosts twice with 2(p-1)/p = 1.5x the payload each way; hierarchical sends only
+    # between the two local roots: 2(2-1)/2 = 1x. Proves the hierarchical path ran.
+    mib = 8
+    # (The data plane calls MPI_Allreduce, or MPI_Iallreduce when ranks outnumber cores.)
+    ring = {"MPIR_CVAR_IALLREDUCE_INTRA_ALGORITHM": "tsp_ring",
+            "MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM": "ring"}
+    flat = hosts.run(["h1", "h2"], "multihost_traffic.py", [mib], ppn=2, timeout=120, env=ring)
+    hier = hosts.run(["h1", "h2"], "multihost_traffic.py", [mib], ppn=2, timeout=120,
+                     env=dict(ring, **HIER))
+    payload = mib << 20
+    for h in ("h1", "h2"):
+        assert received(flat, h) >= 1.5 * payload, (h, received(flat, h))
+        assert payload <= received(hier, h) < 1.2 * payload, (h, received(hier, h))
+
+
+# -- training ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("env", [{}, HIER], ids=["flat", "hierarchical"])
+def test_training_2x2_equals_one_process(hosts, env):
+    # Every rank's parameters equal one process trained on the concatenated batch.
+    hosts.run(["h1", "h2"], "train_equivalence.py", TRAIN_SCENARIOS, ppn=2, timeout=300, env=env)
+
+
+# -- failures ----------------------------------------------------------------------------
+
+def test_killed_rank_ends_the_job_on_every_host(hosts):
+    # Rank 3 (on h2) dies by SIGKILL; the others keep calling allreduce for up to 60 s.
+    proc = hosts.run(["h1", "h2"], "multihost_kill.py", [3], ppn=2, timeout=150, expect_ok=False)
+    out = proc.stdout
+    assert "RANK 3 KILLS ITSELF" in out, out[-3000:]
+    assert proc.returncode != 0, out[-3000:]
+    assert "SURVIVED" not in out, out[-3000:]
+    assert not proc.leftover_pids, "processes left after the launcher exited: %s" % proc.leftover_pids
+
+
+# -- hierarchical allreduce without namespaces -------------------------------------------
+
+def test_hierarchical_one_host():
+    # local_size 4, cross_size 1: the reduce and broadcast within the host do everything.
+    run_ranks(4, "core_collectives.py", timeout=240, env=HIER)
+
+
+def test_hierarchical_fake_hosts_uneven():
+    # Host names a, b, b, c on one machine (shared memory): local groups of 1 and 2 ranks,
+    # three local roots; 64 KiB slices.
+    why = fake_hosts_unavailable()
+    if why:
+        pytest.skip(why)
+    names = ["a", "b", "b", "c"]
+    run_ranks(len(names), "core_collectives.py", timeout=240, prefix=fake_hosts_prefix(names),
+              env=dict(HIER, MXHOROVOD_SLICE_BYTES=str(1 << 16)))
+
+
+def test_hierarchical_setting_must_agree():
+    # On for two ranks only: init fails on every rank with the ranks named, no hang.
+    proc = run_ranks(3, "multihost_hier_mismatch.py", timeout=120)
+    assert proc.stdout.count("on for ranks 0, 1; off for ranks 2.") == 3, proc.stdout[-3000:]
+
+
+def test_hierarchical_setting_in_one_process(monkeypatch):
+    # A word is refused with the variable named (Horovod would read it as off); "1" with
+    # a single rank (local and cross size 1) gives the input back.
+    import mxnet as mx
+    import mxhorovod as hvd
+    if hvd.is_initialized():
+        hvd.shutdown()
+    monkeypatch.setenv("HOROVOD_HIERARCHICAL_ALLREDUCE", "yes")
+    with pytest.raises(ValueError, match="HOROVOD_HIERARCHICAL_ALLREDUCE='yes'"):
+        hvd.init()
+    assert not hvd.is_initialized()
+    monkeypatch.setenv("HOROVOD_HIERARCHICAL_ALLREDUCE", "1")
+    hvd.init()
+    try:
+        y = hvd.allreduce(mx.nd.array([1.5, -2.0]), op=hvd.Sum, name="hier.single")
+        assert y.asnumpy().tolist() == [1.5, -2.0]
+    finally:
+        hvd.shutdown()

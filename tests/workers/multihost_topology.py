@@ -1,0 +1,25 @@
+"""Topology on hosts made by the test: argv[1] is the expected host name of every rank,
+comma-separated in rank order. Each rank checks its own host name, then every topology
+call against the values computed from that list. Prints RANK <r> OK."""
+import socket
+import sys
+
+import mxnet as mx
+import numpy as np
+
+import mxhorovod as hvd
+from topology_expect import check_topology
+
+hosts = sys.argv[1].split(",")
+hvd.init()
+r = hvd.rank()
+assert hvd.size() == len(hosts), (hvd.size(), hosts)
+assert socket.gethostname() == hosts[r], "rank %d runs on %s, expected %s" % (
+    r, socket.gethostname(), hosts[r])
+check_topology(hvd, hosts)
+# The library's own view of the hosts agrees (allgather of the names).
+assert hvd.allgather_object(socket.gethostname()) == hosts
+y = hvd.allreduce(mx.nd.array([r + 1.0]), op=hvd.Sum, name="topology.sum")
+assert y.asnumpy().tolist() == [len(hosts) * (len(hosts) + 1) / 2], y.asnumpy()
+hvd.shutdown()
+print("RANK %d OK" % r, flush=True)

@@ -1,0 +1,38 @@
+"""Started by mxhorovodrun (tests/test_runner.py): checks on every rank that the launcher's
+settings arrived and that the core took them. Usage: runner_env.py JSON, where JSON holds
+"env" (variables and their expected values; a null value: must be unset), "size", and
+"init_error" (a text the ValueError of hvd.init() must hold, or null: init must work)."""
+import json
+import os
+import sys
+
+import mxnet as mx
+import numpy as np
+
+import mxhorovod as hvd
+
+
+def main():
+    want = json.loads(sys.argv[1])
+    rank = int(os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "-1")))
+    for name, value in want["env"].items():
+        assert os.environ.get(name) == value, "rank %d: %s=%r, expected %r" % (
+            rank, name, os.environ.get(name), value)
+    if want.get("init_error"):
+        # A value the core refuses: its error proves the variable reached it.
+        try:
+            hvd.init()
+        except ValueError as e:
+            assert want["init_error"] in str(e), "rank %d: %s" % (rank, e)
+            print("RANK %d OK" % rank, flush=True)
+            return
+        raise AssertionError("rank %d: init accepted the environment" % rank)
+    hvd.init()
+    assert hvd.rank() == rank and hvd.size() == want["size"], (hvd.rank(), hvd.size())
+    total = hvd.allreduce(mx.nd.array([hvd.rank() + 1.0]), op=hvd.Sum, name="runner.sum")
+    np.testing.assert_allclose(total.asnumpy(), [want["size"] * (want["size"] + 1) / 2])
+    print("RANK %d OK" % hvd.rank(), flush=True)
+
+
+if __name__ == "__main__":
+    main()
