@@ -89,6 +89,34 @@ def test_idle_cpu():
         assert r["busiest_thread"]["name"]
 
 
+def test_ps_vs_allreduce():
+    obj = run_script("ps_vs_allreduce.py", timeout=240)
+    runs = {r["run"]: r for r in obj["rows"]}
+    assert set(runs) == {"dist_sync", "mxhorovod"}
+    for r in runs.values():
+        assert r["tensors"] == 8
+        check_stats(r["step_s"])
+    assert obj["dist_sync_over_mxhorovod"] == pytest.approx(
+        runs["dist_sync"]["step_s"]["median"] / runs["mxhorovod"]["step_s"]["median"])
+
+
+def test_scaling_mnist():
+    obj = run_script("scaling.py", "--model", "mnist", timeout=240)
+    runs = {r["run"]: r for r in obj["rows"]}
+    assert set(runs) == {"1 process", "2 independent processes", "mxhorovod"}
+    one, ours = runs["1 process"], runs["mxhorovod"]
+    assert ours["efficiency"] == pytest.approx(ours["images_per_s"]["median"]
+                                               / (2 * one["images_per_s"]["median"]))
+    assert ours["gap"] == pytest.approx(ours["ceiling"] - ours["efficiency"])
+
+
+@pytest.mark.slow
+def test_scaling_resnet50():
+    obj = run_script("scaling.py", "--model", "resnet50", timeout=400)
+    assert {r["run"] for r in obj["rows"]} == {"1 process", "2 independent processes",
+                                               "mxhorovod"}
+
+
 def test_unknown_configuration_is_refused():
     proc = subprocess.run([sys.executable, os.path.join(BENCH, "small_tensors.py"),
                            "--configs", "default,bogus"], cwd=ROOT, text=True,
