@@ -37,6 +37,7 @@ CONFIGS = {
 }
 
 MiB = 1 << 20
+_LOAD_AT_START = os.getloadavg()
 
 
 # ---------------------------------------------------------------- timing
@@ -109,9 +110,13 @@ def print_table(headers, rows, title=None):
 
 
 def machine():
-    """What the figures were measured on: host, CPUs, load average, date (UTC)."""
+    """What the figures were measured on: host, CPUs, the 1/5/15-minute load averages when
+    the script started and now (a load above the CPU count means other jobs shared the
+    machine), date (UTC)."""
     return {"host": platform.node(), "cpus": os.cpu_count(), "processor": platform.machine(),
-            "python": platform.python_version(), "loadavg": [round(x, 2) for x in os.getloadavg()],
+            "python": platform.python_version(),
+            "loadavg_start": [round(x, 2) for x in _LOAD_AT_START],
+            "loadavg": [round(x, 2) for x in os.getloadavg()],
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
 
 
