@@ -4,13 +4,21 @@ network stack, address and host name. Unless a test says otherwise the network p
 forced (MPIR_CVAR_NOLOCAL=1, UCX_TLS=tcp,self, UCX_NET_DEVICES=eth0), so every byte between
 hosts crosses the veths; the interface counters prove it.
 
+The launcher tests start the same jobs as a user on a cluster would, with ``mxhorovodrun
+-np 4 -H h1:2,h2:2 --ssh-command STANDIN --network-interfaces NIC python worker.py`` (or
+``--hostfile``), from h1 (``eth0``) or from this machine (the bridge).
+
 Also here: hierarchical allreduce (HOROVOD_HIERARCHICAL_ALLREDUCE=1) on one host and on
 "fake hosts" (one machine, host names set per rank by ``unshare --uts``), which need no
 namespaces. Skipped with the reason where namespaces (or UTS namespaces) are not allowed.
 """
+import json
+import os
+import sys
+
 import pytest
 
-from mpirun import run_ranks
+from mpirun import HERE, WORKERS, run_ranks
 from netns_hosts import NetnsHosts, NetnsUnavailable, fake_hosts_prefix, fake_hosts_unavailable
 
 HIER = {"HOROVOD_HIERARCHICAL_ALLREDUCE": "1"}
@@ -28,6 +36,9 @@ def hosts():
             yield made
     except NetnsUnavailable as e:
         pytest.skip("no network namespaces: %s" % e)
+
+
+REPO = os.path.dirname(HERE)
 
 
 def received(proc, host):
@@ -83,6 +94,99 @@ def test_hierarchical_sends_less_between_hosts(hosts):
     for h in ("h1", "h2"):
         assert received(flat, h) >= 1.5 * payload, (h, received(flat, h))
         assert payload <= received(hier, h) < 1.2 * payload, (h, received(hier, h))
+
+
+# -- launched with mxhorovodrun ------------------------------------------------------------
+
+def mxhorovodrun(form="installed"):
+    """mxhorovodrun's command words: with ``form="installed"`` the console script next to
+    this Python when there is one (a venv after ``pip install -e .``), else ``python -m
+    mxhorovod.runner``; ``form="module"`` always the latter."""
+    script = os.path.join(os.path.dirname(sys.executable), "mxhorovodrun")
+    if form == "installed" and os.path.isfile(script) and os.access(script, os.X_OK):
+        return [script]
+    return [sys.executable, "-m", "mxhorovod.runner"]
+
+
+def launching_env(**extra):
+    """The environment a user launches with: this one, one OpenMP thread per rank, this
+    checkout first on PYTHONPATH, and ``extra``. The launcher alone must carry it to the
+    ranks: the ssh stand-in starts them with a bare login environment."""
+    env = dict(os.environ)
+    for name in list(env):
+        if name.startswith(("UCX_", "MPIR_CVAR_", "HOROVOD_")):
+            del env[name]  # only what a test passes decides the transports and settings
+    env.update(OMP_NUM_THREADS="1", MXNET_CPU_WORKER_NTHREADS="1")
+    env["PYTHONPATH"] = os.pathsep.join(
+        [REPO] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env.update(extra)
+    return env
+
+
+def worker(name):
+    return [sys.executable, os.path.join(WORKERS, name)]
+
+
+def check_traffic(proc, mib):
+    # Each host needs the other host's share of the big allreduce at least once; h3 was idle.
+    for h in ("h1", "h2"):
+        assert received(proc, h) >= mib << 20, (h, received(proc, h), mib << 20)
+    assert received(proc, "h3") < 1 << 20, "h3 was not in the job"
+    assert not proc.leftover_pids, "processes left after the launcher exited: %s" % proc.leftover_pids
+
+
+def test_mxhorovodrun_2x2_from_h1(hosts):
+    # From the first node, as on a cluster: -H, --network-interfaces eth0, and UCX's TCP
+    # between hosts chosen in the launching environment.
+    mib = 4
+    cmd = mxhorovodrun() + ["--verbose", "-np", "4", "-H", "h1:2,h2:2", "--ssh-command", hosts.standin,
+                            "--network-interfaces", "eth0"] + \
+        worker("multihost_topology.py") + ["h1,h1,h2,h2", str(mib)]
+    proc = hosts.run_cmd(hosts.on_host_cmd("h1", cmd), timeout=120, expect_ranks=4,
+                         env=launching_env(**hosts.network_env(within_host_tcp=False)))
+    assert " -genvall " in proc.stdout and " -iface eth0 " in proc.stdout, proc.stdout[-3000:]
+    check_traffic(proc, mib)
+
+
+def test_mxhorovodrun_hostfile_from_this_machine(hosts, tmp_path):
+    # From outside the hosts (the bridge's address), hosts from a file in horovodrun's
+    # format, UCX's TCP between hosts passed with -x; the module form of the launcher.
+    # The names h1, h2 resolve only inside the namespaces: the launcher passes them on.
+    mib = 4
+    hostfile = tmp_path / "hosts.txt"
+    hostfile.write_text("# the test's hosts\nh1 slots=2\nh2 slots=2\n")
+    xs = ["-x", "UCX_TLS=tcp,self", "-x", "UCX_NET_DEVICES=eth0"]
+    cmd = mxhorovodrun("module") + ["-np", "4", "--hostfile", str(hostfile), "--ssh-command",
+                                    hosts.standin, "--network-interfaces", hosts.bridge] + xs + \
+        worker("multihost_topology.py") + ["h1,h1,h2,h2", str(mib)]
+    proc = hosts.run_cmd(cmd, timeout=120, expect_ranks=4, env=launching_env())
+    check_traffic(proc, mib)
+
+
+def test_mxhorovodrun_flags_reach_both_hosts(hosts):
+    # HOROVOD_* from a flag and a -x variable on every rank of both hosts, with the host
+    # names and topology checked there; the ssh stand-in from MXHOROVOD_SSH_COMMAND.
+    want = {"size": 4, "init_error": None, "hosts": ["h1", "h1", "h2", "h2"],
+            "env": {"HOROVOD_FUSION_THRESHOLD": str(4 << 20), "HOROVOD_CACHE_CAPACITY": "16",
+                    "FOO": "bar baz", "UCX_TLS": "tcp,self"}}
+    cmd = mxhorovodrun() + ["-np", "4", "-H", "h1:2,h2:2", "--network-interfaces", "eth0",
+                            "--fusion-threshold-mb", "4", "--cache-capacity", "16",
+                            "-x", "FOO=bar baz"] + worker("runner_env.py") + [json.dumps(want)]
+    env = launching_env(MXHOROVOD_SSH_COMMAND=hosts.standin, **hosts.network_env(within_host_tcp=False))
+    hosts.run_cmd(hosts.on_host_cmd("h1", cmd), timeout=120, expect_ranks=4, env=env)
+
+
+def test_mxhorovodrun_killed_rank_exits_non_zero(hosts):
+    # Rank 3 (on h2) dies by SIGKILL; the launcher must end every rank and exit non-zero.
+    cmd = mxhorovodrun() + ["-np", "4", "-H", "h1:2,h2:2", "--ssh-command", hosts.standin,
+                            "--network-interfaces", "eth0"] + worker("multihost_kill.py") + ["3"]
+    proc = hosts.run_cmd(hosts.on_host_cmd("h1", cmd), timeout=150,
+                         env=launching_env(**hosts.network_env(within_host_tcp=False)))
+    out = proc.stdout
+    assert "RANK 3 KILLS ITSELF" in out, out[-3000:]
+    assert proc.returncode != 0, out[-3000:]
+    assert "SURVIVED" not in out, out[-3000:]
+    assert not proc.leftover_pids, "processes left after the launcher exited: %s" % proc.leftover_pids
 
 
 # -- training ----------------------------------------------------------------------------

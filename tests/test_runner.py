@@ -133,16 +133,18 @@ def test_hydra_command_line(tmp_path):
                                              "--network-interfaces", "br0",
                                              "--mpi-args=-genv FOO 1", "python", "train.py", "--lr", "0.1"])
     assert cmd[1:] == ["-l", "-np", "4", "-hosts", "h1:2,h2:2", "-bind-to", "none", "-map-by", "slot",
-                       "-launcher", "ssh", "-launcher-exec", "/bin/standin", "-iface", "br0",
+                       "-genvall", "-launcher", "ssh", "-launcher-exec", "/bin/standin", "-iface", "br0",
                        "-genv", "FOO", "1", "python", "train.py", "--lr", "0.1"]
-    # hydra passes the whole environment: no -genv per variable; ssh's options by variable.
+    # hydra passes the whole environment (-genvall): no -genv per variable; ssh's options
+    # by variable.
     assert env["HYDRA_LAUNCHER_EXTRA_ARGS"] == "-p 2222 -i /k/id"
     assert env["NCCL_SOCKET_IFNAME"] == "br0" and notes == []
 
 
 def test_hydra_local_and_hostfile(tmp_path):
     cmd, env, _ = plan(tmp_path, HYDRA, ["-np", "2", "python", "t.py"])
-    assert cmd[1:] == ["-l", "-np", "2", "-bind-to", "none", "-map-by", "slot", "python", "t.py"]
+    assert cmd[1:] == ["-l", "-np", "2", "-bind-to", "none", "-map-by", "slot", "-genvall",
+                       "python", "t.py"]
     assert "HYDRA_LAUNCHER_EXTRA_ARGS" not in env
     hostfile = tmp_path / "hosts"
     hostfile.write_text("# cluster\nnode1 slots=2\n\nnode2:3\nnode3\n")
@@ -191,11 +193,20 @@ def test_open_mpi_root_flag_and_local_hosts(tmp_path):
 def test_intel_mpi_command_line(tmp_path):
     cmd, env, _ = plan(tmp_path, INTEL_MPI, ["-np", "4", "-H", "h1:2,h2:2", "-p", "2222",
                                              "--ssh-command", "/bin/standin", "python", "t.py"])
-    assert cmd[1:] == ["-l", "-np", "4", "-hosts", "h1,h2", "-ppn", "2", "-bootstrap", "ssh",
+    assert cmd[1:] == ["-l", "-np", "4", "-hosts", "h1,h2", "-ppn", "2", "-genvall", "-bootstrap", "ssh",
                        "-bootstrap-exec", "/bin/standin", "-bootstrap-exec-args", "-p 2222",
                        "python", "t.py"]
     with pytest.raises(LaunchError, match="one number of processes per host.*h1:2,h2:1"):
         plan(tmp_path, INTEL_MPI, ["-np", "3", "-H", "h1:2,h2:1", "python", "t.py"])
+
+
+@pytest.mark.parametrize("flavour", [HYDRA, INTEL_MPI])
+def test_environment_choice_in_mpi_args_replaces_genvall(tmp_path, flavour):
+    # hydra refuses a second choice ("duplicate setting: genvall"): the user's one wins.
+    for choice in ("-genvnone", "-genvlist PATH,FOO", "-genvall"):
+        cmd, _, _ = plan(tmp_path, flavour, ["-np", "2", "--mpi-args=%s" % choice, "python", "t.py"])
+        assert cmd.count("-genvall") == (choice == "-genvall"), (choice, cmd)
+        assert cmd[-2 - len(choice.split()):-2] == choice.split()
 
 
 def test_ssh_command_from_environment(tmp_path, monkeypatch):
@@ -403,16 +414,29 @@ def test_end_to_end_core_reads_the_flag():
 
 def test_end_to_end_through_an_ssh_stand_in(tmp_path):
     # Two "hosts" reached through a stand-in for ssh (as the network-namespace tests do):
-    # it logs how hydra called it and runs the command here. Every rank must start and work.
+    # it logs how hydra called it and, like ssh, runs the command here with a bare login
+    # environment. A site's HYDRA_ENV=none in the launching environment would then leave the
+    # ranks without it; -genvall still gives them all of it. Every rank must start and work.
     log = tmp_path / "standin.log"
     standin = tmp_path / "standin.sh"
     standin.write_text('#!/bin/bash\necho "$*" >> %s\n'
                        'while [[ "$1" == -* ]]; do [[ "$1" == -p || "$1" == -i ]] && shift; shift; done\n'
-                       'shift\nexec bash -c "$*"\n' % log)
+                       'shift\nexec env -i HOME="$HOME" PATH=/usr/bin:/bin bash -c "$*"\n' % log)
     standin.chmod(0o755)
-    want = {"size": 3, "init_error": None, "env": {"HOROVOD_CACHE_CAPACITY": "8"}}
+    want = {"size": 3, "init_error": None, "env": {"HOROVOD_CACHE_CAPACITY": "8", "FOO": "bar",
+                                                    "HYDRA_ENV": "none"}}
     _run_env_worker(["-H", "fakehost1:1,fakehost2:2", "-p", "2222", "--ssh-command", str(standin),
-                     "--cache-capacity", "8"], want, np_=3)
+                     "--cache-capacity", "8"], want, np_=3, env={"FOO": "bar", "HYDRA_ENV": "none"})
     calls = log.read_text().splitlines()
     hosts = sorted(re.match(r"^(?:-x )?-p 2222 (fakehost\d) ", c).group(1) for c in calls)
     assert hosts == ["fakehost1", "fakehost2"], calls
+
+
+def test_end_to_end_killed_rank_ends_the_job():
+    # Rank 1 dies by SIGKILL after 3 allreduces; mpirun (which mxhorovodrun became) ends the
+    # other rank and exits non-zero, long before the survivor's 60 s would run out.
+    proc = launcher(["-np", "2", sys.executable, os.path.join(WORKERS, "multihost_kill.py"), "1"],
+                    timeout=120)
+    assert "RANK 1 KILLS ITSELF" in proc.stdout, proc.stdout[-3000:]
+    assert proc.returncode != 0, proc.stdout[-3000:]
+    assert "SURVIVED" not in proc.stdout, proc.stdout[-3000:]

@@ -30,6 +30,8 @@ INSTALL_HINT = ("pip install mpich (in the Python environment of mxhorovod), or 
 # that are not plain identifiers, which -x cannot carry).
 _NOT_EXPORTED = re.compile(r"^(BASH_FUNC_.*|OLDPWD|.*CUDA_VISIBLE_DEVICES)$")
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# hydra's (and Intel MPI's) choices of which variables the ranks get; hydra refuses two.
+_GLOBAL_ENV_CHOICES = ("-genvall", "-genvnone", "-genvlist")
 
 
 class LaunchError(Exception):
@@ -124,8 +126,9 @@ def mpirun_command(mpi, np, command, hosts=None, ssh_port=None, ssh_identity_fil
         ssh_command: the program mpirun runs instead of ssh (a stand-in such as a
             network-namespace runner); None for ssh.
         nics: network interfaces for MPI's traffic (hydra and Intel MPI take one).
-        env: the environment the ranks get; Open MPI forwards each variable with -x
-            (hydra and Intel MPI forward the whole environment by default).
+        env: the environment the ranks get; Open MPI forwards each variable with -x,
+            hydra and Intel MPI forward all of it (-genvall, unless ``extra_args`` makes
+            that choice with -genvall, -genvnone or -genvlist).
         extra_args: more mpirun arguments, placed before the command.
         is_root: running as root (Open MPI then needs --allow-run-as-root); default: euid 0.
     Returns:
@@ -151,6 +154,11 @@ def mpirun_command(mpi, np, command, hosts=None, ssh_port=None, ssh_identity_fil
             argv += ["-hosts", ",".join(h for h, _ in hosts), "-ppn", str(slots.pop())]
         if mpi.flavour == HYDRA:
             argv += ["-bind-to", "none", "-map-by", "slot"]
+        if not any(a in _GLOBAL_ENV_CHOICES for a in extra_args):
+            # Said explicitly although it is hydra's default: ssh (or a stand-in) starts the
+            # remote proxy with a bare login environment, and a site's HYDRA_ENV=none would
+            # then leave the ranks on other hosts without HOROVOD_*, PYTHONPATH or PATH.
+            argv.append("-genvall")
         launcher = "-launcher" if mpi.flavour == HYDRA else "-bootstrap"
         if ssh_command or ssh:
             argv += [launcher, "ssh"]

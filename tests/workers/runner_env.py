@@ -1,15 +1,19 @@
 """Started by mxhorovodrun (tests/test_runner.py): checks on every rank that the launcher's
 settings arrived and that the core took them. Usage: runner_env.py JSON, where JSON holds
 "env" (variables and their expected values; a null value: must be unset), "size", and
-"init_error" (a text the ValueError of hvd.init() must hold, or null: init must work)."""
+"init_error" (a text the ValueError of hvd.init() must hold, or null: init must work), and
+optionally "hosts" (rank r's expected host name at index r: each rank checks its host name
+and, after init, its topology)."""
 import json
 import os
+import socket
 import sys
 
 import mxnet as mx
 import numpy as np
 
 import mxhorovod as hvd
+from topology_expect import check_topology
 
 
 def main():
@@ -18,6 +22,10 @@ def main():
     for name, value in want["env"].items():
         assert os.environ.get(name) == value, "rank %d: %s=%r, expected %r" % (
             rank, name, os.environ.get(name), value)
+    hosts = want.get("hosts")
+    if hosts:
+        assert socket.gethostname() == hosts[rank], "rank %d runs on %s, expected %s" % (
+            rank, socket.gethostname(), hosts[rank])
     if want.get("init_error"):
         # A value the core refuses: its error proves the variable reached it.
         try:
@@ -29,6 +37,8 @@ def main():
         raise AssertionError("rank %d: init accepted the environment" % rank)
     hvd.init()
     assert hvd.rank() == rank and hvd.size() == want["size"], (hvd.rank(), hvd.size())
+    if hosts:
+        check_topology(hvd, hosts)
     total = hvd.allreduce(mx.nd.array([hvd.rank() + 1.0]), op=hvd.Sum, name="runner.sum")
     np.testing.assert_allclose(total.asnumpy(), [want["size"] * (want["size"] + 1) / 2])
     print("RANK %d OK" % hvd.rank(), flush=True)

@@ -1,0 +1,90 @@
+"""The floors: plain mpi4py strategies on numpy arrays of the same sizes, measured in the
+same mpirun as the library under test, so a ratio to them is free of the machine's drift.
+
+Strategies (each an in-place float32 MPI_SUM over MPI_COMM_WORLD, one step = all arrays):
+
+- ``per_call``: one ``comm.Allreduce`` per array.
+- ``pack_one_call``: copy every array into one preallocated flat buffer, one Allreduce,
+  copy back (what a fusion buffer does).
+- ``pack_sliced_<k>MiB``: the same with the flat buffer reduced in k MiB calls. MPICH
+  allocates a message-sized temporary per call, which glibc maps and unmaps afresh from
+  32 MiB up, so slices of 1-16 MiB beat one huge call.
+- ``contiguous_one_call`` / ``contiguous_sliced_<k>MiB``: the data already in one flat
+  buffer (no packing): the floor for gradients kept as views of contiguous buckets.
+- ``copy``: one numpy copy of the whole set (what each packing pass costs).
+"""
+import numpy as np
+from mpi4py import MPI
+
+from common import MiB, timed
+
+SLICE_SIZES = (1 * MiB, 4 * MiB, 16 * MiB)
+
+
+def per_call(comm, arrays):
+    for a in arrays:
+        comm.Allreduce(MPI.IN_PLACE, a, op=MPI.SUM)
+
+
+def sliced(comm, flat, slice_bytes):
+    """Allreduce ``flat`` in calls of at most ``slice_bytes`` (0: one call)."""
+    n = flat.size if slice_bytes <= 0 else max(1, slice_bytes // flat.itemsize)
+    for off in range(0, flat.size, n):
+        comm.Allreduce(MPI.IN_PLACE, flat[off:off + n], op=MPI.SUM)
+
+
+def pack(arrays, flat):
+    np.concatenate([a.reshape(-1) for a in arrays], out=flat)
+
+
+def unpack(flat, arrays):
+    off = 0
+    for a in arrays:
+        n = a.size
+        a.reshape(-1)[:] = flat[off:off + n]
+        off += n
+
+
+def _best(table, prefix):
+    keys = [k for k in table if k.startswith(prefix)]
+    k = min(keys, key=lambda k: table[k]["median"])
+    return dict(table[k], strategy=k)
+
+
+def measure(comm, shapes, reps, contiguous=True, slices=SLICE_SIZES, dtype=np.float32):
+    """Times the strategies above on zero-filled arrays of ``shapes`` (sums of zeros stay
+    zero, so repeated steps never overflow). Returns {strategy: stats} plus the derived
+    entries ``pack_best`` (fastest packing variant), ``floor`` (the fastest of per_call
+    and the packing variants: the best plain strategy for separate arrays) and, with
+    ``contiguous``, ``contiguous_best`` (fastest of one call and the slices); each
+    derived entry names its ``strategy``. All ranks must call it together."""
+    arrays = [np.zeros(s, dtype=dtype) for s in shapes]
+    total = sum(a.size for a in arrays)
+    flat = np.zeros(total, dtype=dtype)
+    bar = comm.Barrier
+    out = {"per_call": timed(lambda: per_call(comm, arrays), reps, barrier=bar)}
+
+    def packed(slice_bytes):
+        def step():
+            pack(arrays, flat)
+            sliced(comm, flat, slice_bytes)
+            unpack(flat, arrays)
+        return step
+    out["pack_one_call"] = timed(packed(0), reps, barrier=bar)
+    for sb in slices:
+        if sb < total * flat.itemsize:
+            out["pack_sliced_%dMiB" % (sb // MiB)] = timed(packed(sb), reps, barrier=bar)
+    if contiguous:
+        out["contiguous_one_call"] = timed(lambda: sliced(comm, flat, 0), reps, barrier=bar)
+        for sb in slices:
+            if sb < total * flat.itemsize:
+                out["contiguous_sliced_%dMiB" % (sb // MiB)] = timed(
+                    lambda sb=sb: sliced(comm, flat, sb), reps, barrier=bar)
+        dst = np.empty_like(flat)
+        out["copy"] = timed(lambda: np.copyto(dst, flat), reps)
+    out["pack_best"] = _best(out, "pack_")
+    out["floor"] = min((dict(out["per_call"], strategy="per_call"), out["pack_best"]),
+                       key=lambda s: s["median"])
+    if contiguous:
+        out["contiguous_best"] = _best(out, "contiguous_")
+    return out

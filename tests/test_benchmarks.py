@@ -1,0 +1,154 @@
+"""Smoke test of benchmarks/: every script runs with --quick and prints a JSON line with the
+expected keys; the launcher leaves no process behind. Speed is never asserted here (see
+docs/benchmarks.md for the figures)."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCH = os.path.join(ROOT, "benchmarks")
+sys.path.insert(0, BENCH)
+import common  # noqa: E402
+
+
+def run_script(name, *args, timeout=180):
+    """Runs benchmarks/<name> --quick --no-horovod; returns its final JSON object."""
+    env = dict(os.environ, OMP_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
+    cmd = [sys.executable, os.path.join(BENCH, name), "--quick", "--no-horovod"] + list(args)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        out, _ = proc.communicate()
+        raise AssertionError("timed out after %ss: %s\n%s" % (timeout, cmd, out[-6000:]))
+    assert proc.returncode == 0, "exit %d\n%s" % (proc.returncode, out[-6000:])
+    last = out.strip().splitlines()[-1]
+    obj = json.loads(last)
+    assert obj.get("errors", []) == [], out[-6000:]
+    assert set(obj["machine"]) >= {"host", "cpus", "loadavg", "date"}
+    return obj
+
+
+def check_stats(s):
+    assert set(s) >= {"median", "min", "max", "reps"}, s
+    assert 0 < s["min"] <= s["median"] <= s["max"], s
+
+
+def test_allreduce():
+    obj = run_script("allreduce.py")
+    assert obj["benchmark"] == "allreduce" and obj["ranks"] == 2
+    assert [r["bytes"] for r in obj["rows"]] == [4096, 16384, 65536]
+    for r in obj["rows"]:
+        assert (r["impl"], r["config"]) == ("mxhorovod", "default")
+        for k in ("time_s", "mpi4py_s", "mpi4py_during_s"):
+            check_stats(r[k])
+        assert r["ratio"] == pytest.approx(r["time_s"]["median"] / r["mpi4py_s"]["median"])
+        # busbw = 2(p-1)/p x bytes / time; p = 2: bytes / time.
+        assert r["busbw_GBps"] == pytest.approx(r["bytes"] / r["time_s"]["median"] / 1e9)
+
+
+def test_resnet50_gradients():
+    obj = run_script("resnet50_gradients.py")
+    rows = {(r["set"], r["what"]): r for r in obj["rows"]}
+    for s in ("161", "193"):
+        r = rows[(s, "allreduce_ per tensor")]
+        assert r["tensors"] == 8
+        check_stats(r["time_s"])
+        assert r["floor"] in ("per_call", "pack_one_call") or r["floor"].startswith("pack_")
+        assert set(obj["floors"][s]) >= {"per_call", "pack_one_call", "contiguous_one_call",
+                                         "copy", "floor", "pack_best", "contiguous_best"}
+    t = rows[("mobilenet0.25", "DistributedTrainer.allreduce_grads")]
+    check_stats(t["time_s"])
+    assert t["tensors"] > 50 and t["ratio"] > 0
+
+
+def test_small_tensors():
+    obj = run_script("small_tensors.py")
+    rows = {r["what"]: r for r in obj["rows"]}
+    assert set(rows) == {"each", "grouped"}
+    assert rows["each"]["floor"] == "per_call" and rows["grouped"]["floor"] == "pack_one_call"
+    for r in rows.values():
+        assert r["count"] == 50 and r["bytes"] == 1024
+        check_stats(r["time_s"])
+        check_stats(r["floor_s"])
+
+
+def test_idle_cpu():
+    obj = run_script("idle_cpu.py")
+    assert sorted(r["rank"] for r in obj["rows"]) == [0, 1]
+    for r in obj["rows"]:
+        assert r["library_threads"] >= 1  # the background thread
+        assert r["before_init_cpu_per_s"] >= 0 and r["library_threads_cpu_per_s"] >= 0
+        assert r["busiest_thread"]["name"]
+
+
+def test_ps_vs_allreduce():
+    obj = run_script("ps_vs_allreduce.py", timeout=240)
+    runs = {r["run"]: r for r in obj["rows"]}
+    assert set(runs) == {"dist_sync", "mxhorovod"}
+    for r in runs.values():
+        assert r["tensors"] == 8
+        check_stats(r["step_s"])
+    assert obj["dist_sync_over_mxhorovod"] == pytest.approx(
+        runs["dist_sync"]["step_s"]["median"] / runs["mxhorovod"]["step_s"]["median"])
+
+
+def test_scaling_mnist():
+    obj = run_script("scaling.py", "--model", "mnist", timeout=240)
+    runs = {r["run"]: r for r in obj["rows"]}
+    assert set(runs) == {"1 process", "2 independent processes", "mxhorovod"}
+    one, ours = runs["1 process"], runs["mxhorovod"]
+    assert ours["efficiency"] == pytest.approx(ours["images_per_s"]["median"]
+                                               / (2 * one["images_per_s"]["median"]))
+    assert ours["gap"] == pytest.approx(ours["ceiling"] - ours["efficiency"])
+
+
+@pytest.mark.slow
+def test_scaling_resnet50():
+    obj = run_script("scaling.py", "--model", "resnet50", timeout=400)
+    assert {r["run"] for r in obj["rows"]} == {"1 process", "2 independent processes",
+                                               "mxhorovod"}
+
+
+def test_unknown_configuration_is_refused():
+    proc = subprocess.run([sys.executable, os.path.join(BENCH, "small_tensors.py"),
+                           "--configs", "default,bogus"], cwd=ROOT, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+    assert proc.returncode != 0
+    assert "unknown configuration 'bogus'" in proc.stdout
+
+
+def test_stats_and_busbw():
+    assert common.stats([3.0, 1.0, 2.0, 10.0]) == {"median": 2.5, "min": 1.0, "max": 10.0,
+                                                   "reps": 4}
+    assert common.stats([5.0])["median"] == 5.0
+    assert common.busbw(1e9, 1.0, 4) == pytest.approx(1.5)  # 2 x 3/4 x 1 GB / 1 s
+    assert common.busbw(1e9, 2.0, 1) == pytest.approx(0.5)
+
+
+def test_launch_timeout_kills_every_rank(tmp_path):
+    """A hung launch raises within its timeout and leaves no rank running."""
+    script = tmp_path / ("hang_%d.py" % os.getpid())
+    script.write_text("import time\ntime.sleep(600)\n")
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match="timed out after 5s"):
+        common.launch(2, str(script), [], timeout=5)
+    assert time.monotonic() - t0 < 60
+    time.sleep(0.5)
+    alive = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open("/proc/%s/cmdline" % pid, "rb") as f:
+                    if str(script).encode() in f.read():
+                        alive.append(pid)
+            except OSError:
+                pass
+    assert alive == [], "left running: %s" % alive
