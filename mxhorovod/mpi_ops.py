@@ -151,9 +151,14 @@ def _settle_layout(tensor):
 
 
 def _wait_default_layout(tensor):
-    tensor.wait_to_read()
     if _MKLDNN:
+        # Wait for the readers too: an inference-mode forward READS the weight and may
+        # reorder it into MKLDNN's layout while it runs, so waiting for its writers alone
+        # (wait_to_read) can miss a reorder still to come (seen under load).
+        mx.base.check_call(mx.base._LIB.MXNDArrayWaitToWrite(tensor.handle))
         _core.resolve_layout(_handle(tensor))
+    else:
+        tensor.wait_to_read()
 
 
 def _empty_like(tensor, shape=None):
