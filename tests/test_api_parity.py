@@ -17,7 +17,7 @@ grouped_reducescatter init shutdown is_initialized size local_size cross_size ra
 cross_rank mpi_threads_supported mpi_enabled mpi_built gloo_enabled gloo_built nccl_built
 ddl_built ccl_built cuda_built rocm_built ProcessSet global_process_set add_process_set
 remove_process_set Average Sum Adasum Min Max Product DistributedOptimizer DistributedTrainer
-broadcast_parameters split_list is_homogeneous
+broadcast_parameters split_list is_homogeneous start_timeline stop_timeline
 """.split()
 
 # Argument names and defaults of horovod.mxnet.mpi_ops 0.28.1 (keyword use must work).
