@@ -427,14 +427,19 @@ void BackgroundLoop(StartArgs args) {
       // CPU): a peer that gets work waits for us only if we have none of that work
       // ourselves, which in data-parallel training means it must wait anyway. Not with
       // process sets: their members would wait for an idle non-member's global cycle.
-      bool idle = result.responses.empty();
+      // A rank whose submitted work is still unanswered starts the next cycle at once:
+      // its peer may have submitted just after this cycle's negotiation began, and would
+      // otherwise wait a whole cycle for us (seen: 1.6 ms for a 16 KiB allreduce). The
+      // next negotiation then waits in WaitRequest (yield, then sleep) for the peers.
+      bool pending = false;
       auto sets = st.sets.All();
-      for (auto& set : sets) idle = idle && set->queue.Empty();
+      for (auto& set : sets) pending = pending || !set->queue.Empty();
+      const bool idle = result.responses.empty() && !pending;
       idle_cycles = idle && sets.size() == 1 ? idle_cycles + 1 : 0;
       auto wait = idle_cycles > kIdleCycles ? std::max<std::chrono::duration<double, std::milli>>(cycle, kIdleWait)
                                             : cycle;
       std::unique_lock<std::mutex> lk(st.wake_mu);
-      st.wake_cv.wait_until(lk, start + wait, [&] { return st.wake; });
+      if (!pending) st.wake_cv.wait_until(lk, start + wait, [&] { return st.wake; });
       st.wake = false;
     }
   }
