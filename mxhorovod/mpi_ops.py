@@ -187,9 +187,14 @@ def allreduce(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
         A new NDArray with tensor's shape, dtype and context, ready when read.
     """
     _check_ndarray(tensor, "allreduce")
-    op = _resolve_op(op, average, "allreduce")
-    pid = _ps_id(process_set, "allreduce")
-    output = _empty_like(tensor)
+    return _allreduce(tensor, _empty_like(tensor), average, name, priority, prescale_factor,
+                      postscale_factor, op, process_set, "allreduce")
+
+
+def _allreduce(tensor, output, average, name, priority, prescale_factor, postscale_factor, op,
+               process_set, what):
+    op = _resolve_op(op, average, what)
+    pid = _ps_id(process_set, what)
     _settle_layout(tensor)
     name = _name("allreduce", name)
     _core.allreduce(_handle(tensor), _handle(output), name, op,
@@ -203,15 +208,8 @@ def allreduce_(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
                postscale_factor=1.0, op=None, process_set=global_process_set):
     """In-place :func:`allreduce`: ``tensor`` receives the result; returns ``tensor``."""
     _check_ndarray(tensor, "allreduce_")
-    op = _resolve_op(op, average, "allreduce_")
-    pid = _ps_id(process_set, "allreduce_")
-    _settle_layout(tensor)
-    name = _name("allreduce", name)
-    _core.allreduce(_handle(tensor), _handle(tensor), name, op,
-                    _factor(prescale_factor, "prescale_factor", name),
-                    _factor(postscale_factor, "postscale_factor", name), _priority(priority, name),
-                    pid)
-    return tensor
+    return _allreduce(tensor, tensor, average, name, priority, prescale_factor, postscale_factor,
+                      op, process_set, "allreduce_")
 
 
 def _check_list(tensors, what):

@@ -95,16 +95,11 @@ class _GlobalProcessSet(ProcessSet):
     def __init__(self):
         self.process_set_id = 0
         self.mpi_comm = None
-        self._ranks = None
 
     @property
     def ranks(self):
         info = self._info()
         return None if info is None else list(info[1])
-
-    @ranks.setter
-    def ranks(self, value):  # ProcessSet.__init__ never runs here; kept for symmetry
-        self._ranks = value
 
     def _invalidate(self):  # the global set is never removed
         pass

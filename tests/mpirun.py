@@ -25,6 +25,23 @@ def mpirun_path():
     return found
 
 
+def worker_path(script):
+    """``script`` if absolute, else the file of that name under tests/workers/."""
+    return script if os.path.isabs(script) else os.path.join(WORKERS, script)
+
+
+def worker_env(env=None):
+    """The environment of every rank: one OpenMP and one MXNet worker thread unless set,
+    tests/ on PYTHONPATH (for the workers' shared modules), then ``env`` on top."""
+    full_env = dict(os.environ)
+    full_env.setdefault("OMP_NUM_THREADS", "1")
+    full_env.setdefault("MXNET_CPU_WORKER_NTHREADS", "1")
+    full_env["PYTHONPATH"] = os.pathsep.join(
+        [HERE] + [p for p in full_env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    full_env.update(env or {})
+    return full_env
+
+
 def run_ranks(np, script, args=(), timeout=180, env=None, expect_ok=True, prefix=()):
     """Run ``python script args`` on ``np`` ranks; return the CompletedProcess.
 
@@ -33,15 +50,8 @@ def run_ranks(np, script, args=(), timeout=180, env=None, expect_ok=True, prefix
     ``timeout`` seconds is killed and fails the test (a hang must never stall CI).
     ``prefix``: words put before ``python`` on every rank (a wrapper command).
     """
-    if not os.path.isabs(script):
-        script = os.path.join(WORKERS, script)
-    full_env = dict(os.environ)
-    full_env.setdefault("OMP_NUM_THREADS", "1")
-    full_env.setdefault("MXNET_CPU_WORKER_NTHREADS", "1")
-    full_env["PYTHONPATH"] = os.pathsep.join(
-        [HERE] + [p for p in full_env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    if env:
-        full_env.update(env)
+    script = worker_path(script)
+    full_env = worker_env(env)
     cmd = [mpirun_path(), "-np", str(np)] + list(prefix) + [sys.executable, script] + [str(a) for a in args]
     proc = subprocess.Popen(cmd, env=full_env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)

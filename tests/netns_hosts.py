@@ -50,7 +50,7 @@ import sys
 import tempfile
 import time
 
-from mpirun import HERE, WORKERS, mpirun_path
+from mpirun import mpirun_path, worker_env, worker_path
 
 PREFIX = "mxh"          # every interface and namespace name starts with PREFIX + pid
 SUBNET_BASE = "10.213"  # private; only ever configured on our own bridges
@@ -343,15 +343,8 @@ class NetnsHosts:
         exit 0 and every rank print ``RANK <r> OK``. Returns the CompletedProcess, with the
         interface counters before and after as ``.counters_before`` / ``.counters_after``.
         """
-        if not os.path.isabs(script):
-            script = os.path.join(WORKERS, script)
-        full_env = dict(os.environ)
-        full_env.setdefault("OMP_NUM_THREADS", "1")
-        full_env.setdefault("MXNET_CPU_WORKER_NTHREADS", "1")
-        full_env["PYTHONPATH"] = os.pathsep.join(
-            [HERE] + [p for p in full_env.get("PYTHONPATH", "").split(os.pathsep) if p])
-        if force_network:
-            full_env.update(FORCE_NETWORK_ENV)
+        script = worker_path(script)
+        full_env = worker_env(dict(FORCE_NETWORK_ENV) if force_network else None)
         if env:
             full_env.update(env)
         if np is None:

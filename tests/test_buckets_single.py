@@ -10,15 +10,6 @@ import mxhorovod as hvd
 from mxhorovod.buckets import ALIGN_BYTES, GradientBuckets, plan_buckets
 
 
-@pytest.fixture
-def hvd_single():
-    hvd.init()
-    try:
-        yield
-    finally:
-        hvd.shutdown()
-
-
 # --- plan_buckets: pure logic -------------------------------------------------------------
 
 def test_plan_fills_in_order_up_to_the_cap():

@@ -12,15 +12,6 @@ import mxhorovod as hvd
 from mxhorovod.optimizer import split_list
 
 
-@pytest.fixture
-def hvd_single():
-    hvd.init()
-    try:
-        yield
-    finally:
-        hvd.shutdown()
-
-
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
 def test_fp16_compression_roundtrip_float(dtype):
     x = mx.nd.array([1.0, -2.5, 1.0 / 3], dtype=dtype)
