@@ -7,7 +7,10 @@ with Sum, then ``mx.nd.waitall()``: either one named ``hvd.allreduce_`` per tens
 ("each") or one ``hvd.grouped_allreduce_`` of all of them ("grouped"). Floors, measured in
 the same mpirun before ``hvd.init()`` (floors.py): mpi4py's ``comm.Allreduce`` once per
 numpy array ("per_call", the floor of "each") and pack + one call + unpack
-("pack_one_call", the floor of "grouped"). Figures are the median (min..max) over --reps
+("pack_one_call", the floor of "grouped"). A third row, "engine_noop", times one MXNet
+engine operation per tensor that completes at once (mxhorovod._core.engine_noop; no
+communication): the cost per call that MXNet's engine adds to any collective pushed into
+it, shown beside "each". Figures are the median (min..max) over --reps
 steps; ratio = time / its floor. Configurations and Horovod rows as in allreduce.py.
 Prints a table and one JSON line.
 """
@@ -59,6 +62,18 @@ def worker(args):
         mx.nd.waitall()
 
     rows = {}
+    try:
+        from mxhorovod import _core as mxh_core
+    except ImportError:  # Horovod's run without mxhorovod on the path
+        mxh_core = None
+    if mxh_core is not None:
+        handles = [a.handle.value for a in arrays]
+
+        def engine_noop():
+            for h in handles:
+                mxh_core.engine_noop(h)
+            mx.nd.waitall()
+        rows["engine_noop"] = timed(engine_noop, args.reps, barrier=comm.Barrier)
     for what, step in (("each", each), ("grouped", grouped)):
         for a in arrays:  # one checked step: ones sum to p on every rank
             a[:] = 1
@@ -73,7 +88,8 @@ def worker(args):
     if comm.Get_rank() != 0:
         return None
     return {"ranks": p, "module": hvd.__file__, "count": args.count, "bytes": args.bytes,
-            "each": rows["each"], "grouped": rows["grouped"], "floors": measured}
+            "each": rows["each"], "grouped": rows["grouped"],
+            "engine_noop": rows.get("engine_noop"), "floors": measured}
 
 
 def rows_of(res):
@@ -84,11 +100,26 @@ def rows_of(res):
                     "count": res["count"], "bytes": res["bytes"], "time_s": res[what],
                     "floor": floor, "floor_s": f[floor], "ratio": ratio(res[what], f[floor]),
                     "per_tensor_us": res[what]["median"] / res["count"] * 1e6})
+    if res.get("engine_noop"):
+        out.append({"impl": "mxnet", "config": "engine", "what": "engine_noop",
+                    "count": res["count"], "bytes": res["bytes"], "time_s": res["engine_noop"],
+                    "floor": "per_call", "floor_s": f["per_call"],
+                    "ratio": ratio(res["engine_noop"], f["per_call"]),
+                    "per_tensor_us": res["engine_noop"]["median"] / res["count"] * 1e6})
     return out
 
 
 def report(results):
     rows = [r for res in results if "error" not in res for r in rows_of(res)]
+    seen_engine = False  # one engine row is enough (every configuration measures it)
+    kept = []
+    for r in rows:
+        if r["what"] == "engine_noop":
+            if seen_engine:
+                continue
+            seen_engine = True
+        kept.append(r)
+    rows = kept
     ranks = next((r["ranks"] for r in results if "ranks" in r), None)
     count = next((r["count"] for r in results if "count" in r), None)
     common.print_table(

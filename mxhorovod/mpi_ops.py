@@ -23,6 +23,7 @@ int8, int32, int64. 0-d arrays exist only as ``mx.np`` arrays under ``npx.set_np
 """
 import contextlib
 import itertools
+import math
 import threading
 import warnings
 
@@ -80,7 +81,6 @@ def _priority(priority, name):
 
 
 def _factor(value, what, name):
-    import math
     v = float(value)
     if not math.isfinite(v):
         raise ValueError("'%s': %s must be a finite number, got %r" % (name, what, value))
@@ -128,7 +128,7 @@ _local = threading.local()
 @contextlib.contextmanager
 def gradient_reduction():
     """Marks the allreduces issued inside as gradient reductions: they never wait for the
-    arrays' pending writes (see :func:`_settle_layout`). Used by DistributedTrainer and
+    arrays' pending writes (see :func:`_settle`). Used by DistributedTrainer and
     DistributedOptimizer, whose gradient arrays are never in MKLDNN's layout."""
     prev = getattr(_local, "gradients", False)
     _local.gradients = True
@@ -138,16 +138,15 @@ def gradient_reduction():
         _local.gradients = prev
 
 
-def _settle_layout(tensor):
-    """Waits for the pending writes of an array that MXNet's MKLDNN backend may be about to
-    convert to its own layout (a float32 weight of 2 to 5 dimensions; an inference-mode
-    forward pass does that), so the core reads it in the default layout. Gradients (fresh
-    from backward, or inside gradient_reduction()) and every other array never wait: the
-    gradient path stays asynchronous. If a conversion still slips through, the collective
-    fails on every rank with an error that names the tensor; it never hangs."""
-    if (_MKLDNN and tensor.dtype == np.float32 and 2 <= tensor.ndim <= 5
-            and not getattr(_local, "gradients", False) and not tensor._fresh_grad):
-        _wait_default_layout(tensor)
+def _settle():
+    """Whether the core must settle the layout of the inputs before the call returns: it
+    then waits for the pending writes and reads of any array that MXNet's MKLDNN backend may
+    be about to convert to its own layout (a float32 array of 2 to 5 dimensions that is not
+    a fresh gradient; an inference-mode forward pass does that to weights), so the core
+    reads it in the default layout. False without MKLDNN and inside gradient_reduction():
+    the gradient path stays asynchronous. If a conversion still slips through, the
+    collective fails on every rank with an error that names the tensor; it never hangs."""
+    return _MKLDNN and not getattr(_local, "gradients", False)
 
 
 def _wait_default_layout(tensor):
@@ -195,12 +194,11 @@ def _allreduce(tensor, output, average, name, priority, prescale_factor, postsca
                process_set, what):
     op = _resolve_op(op, average, what)
     pid = _ps_id(process_set, what)
-    _settle_layout(tensor)
     name = _name("allreduce", name)
     _core.allreduce(_handle(tensor), _handle(output), name, op,
                     _factor(prescale_factor, "prescale_factor", name),
                     _factor(postscale_factor, "postscale_factor", name), _priority(priority, name),
-                    pid)
+                    pid, _settle())
     return output
 
 
@@ -227,14 +225,12 @@ def _grouped(tensors, outputs, average, name, priority, prescale_factor, postsca
     _check_list(tensors, what)
     op = _resolve_op(op, average, what)
     pid = _ps_id(process_set, what)
-    for t in tensors:
-        _settle_layout(t)
     base = _name("grouped_allreduce", name)
     names = ["%s.%d" % (base, i) for i in range(len(tensors))]
     _core.grouped_allreduce([_handle(t) for t in tensors], [_handle(o) for o in outputs], names,
                             op, _factor(prescale_factor, "prescale_factor", base),
                             _factor(postscale_factor, "postscale_factor", base),
-                            _priority(priority, base), pid)
+                            _priority(priority, base), pid, _settle())
 
 
 def grouped_allreduce(tensors, average=None, name=None, priority=0, prescale_factor=1.0,
@@ -418,8 +414,6 @@ def grouped_reducescatter(tensors, op=Average, name=None, priority=0,
     pid = _ps_id(process_set, _what)
     size = _ps_size(process_set, _what)
     my_rank = [e for e in _core.process_sets() if e[0] == pid][0][3]
-    for t in tensors:
-        _settle_layout(t)
     base = _name("reducescatter", name)
     names = [base] if single else ["%s.%d" % (base, i) for i in range(len(tensors))]
     outputs = [_empty_like(t, (_scatter_rows(t.shape[0], size, my_rank),) + tuple(t.shape[1:]))
@@ -427,7 +421,7 @@ def grouped_reducescatter(tensors, op=Average, name=None, priority=0,
     _core.grouped_reducescatter([_handle(t) for t in tensors], [_handle(o) for o in outputs],
                                 names, op, _factor(prescale_factor, "prescale_factor", base),
                                 _factor(postscale_factor, "postscale_factor", base),
-                                _priority(priority, base), pid)
+                                _priority(priority, base), pid, _settle())
     return outputs
 
 

@@ -236,7 +236,7 @@ void RunCycle(ProcessSet& set, bool shutdown_requested, MPI_Comm world, int worl
   timeline.Responses(result->responses);                 // [timeline]
   // Error responses complete at once, control operations run in order; the rest are
   // planned into fusion groups.
-  std::vector<Response> ok;
+  std::vector<const Response*> ok;  // into result->responses (the autotuner reads them later)
   for (auto& r : result->responses) {
     if (r.type == Response::kError) {
       for (const auto& n : r.names) {
@@ -249,15 +249,21 @@ void RunCycle(ProcessSet& set, bool shutdown_requested, MPI_Comm world, int worl
       if (set.queue.Take(r.names[0], &e)) e.callback(s);
       timeline.OpEnd(r.names[0]);  // [timeline]
     } else {
-      ok.push_back(r);
+      ok.push_back(&r);
     }
   }
+  // The entries leave the queue here, under one lock; this thread runs and completes them.
+  std::vector<const std::string*> keys;
+  keys.reserve(ok.size());
+  for (const Response* r : ok) keys.push_back(&r->names[0]);
+  std::vector<TensorTableEntry> taken;
+  std::vector<char> found;
+  set.queue.TakeMany(keys, &taken, &found);
   std::vector<FusionItem> items;
-  std::vector<TensorTableEntry*> local(ok.size());
+  items.reserve(ok.size());
   for (size_t i = 0; i < ok.size(); ++i) {
-    local[i] = set.queue.Find(ok[i].names[0]);
-    const Response& r = ok[i];
-    int64_t bytes = local[i] ? local[i]->input.num_elements() * DTypeSize(r.dtype) : 0;
+    const Response& r = *ok[i];
+    int64_t bytes = found[i] ? taken[i].input.num_elements() * DTypeSize(r.dtype) : 0;
     // A tensor of zero_copy_bytes or more is reduced in place: copying it into the
     // fusion buffer and back costs more than the MPI call it would save.
     bool fusable = (r.op_type == OpType::kAllreduce || r.op_type == OpType::kReducescatter) &&
@@ -265,22 +271,24 @@ void RunCycle(ProcessSet& set, bool shutdown_requested, MPI_Comm world, int worl
     items.push_back({fusable, r.op_type, r.dtype, r.reduce_op, r.prescale, r.postscale, bytes});
     *bytes_done += bytes;
   }
+  std::vector<TensorTableEntry*> entries;
   for (const auto& group : PlanFusion(items, cfg.fusion_threshold)) {
-    std::vector<TensorTableEntry*> entries;
-    for (int i : group) entries.push_back(local[i]);
-    Status s;
+    entries.clear();
     bool missing = false;
-    for (auto* e : entries) missing |= (e == nullptr);
+    for (int i : group) {
+      entries.push_back(&taken[i]);
+      missing |= !found[i];
+    }
+    Status s;
     if (missing) {
       s = Status::UnknownError("internal error: a negotiated tensor is not queued on this rank");
     } else {
       timeline.ActivityEndAll(entries);  // [timeline] QUEUE
-      s = set.executor->Run(ok[group[0]], entries);
+      s = set.executor->Run(*ok[group[0]], entries);
     }
     for (int i : group) {
-      TensorTableEntry e;
-      if (set.queue.Take(ok[i].names[0], &e)) e.callback(s);
-      timeline.OpEnd(ok[i].names[0]);  // [timeline]
+      if (found[i]) taken[i].callback(s);
+      timeline.OpEnd(ok[i]->names[0]);  // [timeline]
     }
   }
 }
@@ -584,7 +592,7 @@ Status RunControlCall(OpType type, const std::string& what, std::vector<int64_t>
   auto fut = done->get_future();
   std::string name = e.request.name;
   e.callback = [done, global, name](const Status& st2) {
-    global->queue.Release(name);
+    global->queue.Release({name});
     done->set_value(st2);
   };
   std::vector<TensorTableEntry> v;

@@ -1,27 +1,28 @@
 #include "tensor_queue.h"
 
+#include <algorithm>
+
 namespace mxhorovod {
 
 Status TensorQueue::Reserve(const std::vector<std::string>& names) {
   std::lock_guard<std::mutex> lk(mu_);
-  std::unordered_set<std::string> seen;
-  for (const auto& n : names) {
-    if (reserved_.count(n)) {
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string& n = names[i];
+    if (!reserved_.insert(n).second) {
+      const bool ours = std::find(names.begin(), names.begin() + i, n) != names.begin() + i;
+      for (size_t j = 0; j < i; ++j) reserved_.erase(names[j]);  // all or none
+      if (ours) return Status::InvalidArgument("the name '" + n + "' appears twice in one grouped call");
       return Status::InvalidArgument(
           "a collective named '" + n + "' is already in flight on this rank; names must be "
           "unique among outstanding operations (wait for the first result or use another name)");
     }
-    if (!seen.insert(n).second) {
-      return Status::InvalidArgument("the name '" + n + "' appears twice in one grouped call");
-    }
   }
-  reserved_.insert(names.begin(), names.end());
   return Status::OK();
 }
 
-void TensorQueue::Release(const std::string& name) {
+void TensorQueue::Release(const std::vector<std::string>& names) {
   std::lock_guard<std::mutex> lk(mu_);
-  reserved_.erase(name);
+  for (const auto& n : names) reserved_.erase(n);
 }
 
 void TensorQueue::Add(std::vector<TensorTableEntry>&& entries) {
@@ -35,7 +36,8 @@ void TensorQueue::Add(std::vector<TensorTableEntry>&& entries) {
 
 void TensorQueue::PopRequests(std::vector<Request>* out) {
   std::lock_guard<std::mutex> lk(mu_);
-  out->insert(out->end(), new_requests_.begin(), new_requests_.end());
+  out->reserve(out->size() + new_requests_.size());
+  for (auto& r : new_requests_) out->push_back(std::move(r));
   new_requests_.clear();
 }
 
@@ -52,6 +54,20 @@ bool TensorQueue::Take(const std::string& name, TensorTableEntry* out) {
   *out = std::move(it->second);
   table_.erase(it);
   return true;
+}
+
+void TensorQueue::TakeMany(const std::vector<const std::string*>& names,
+                           std::vector<TensorTableEntry>* out, std::vector<char>* found) {
+  out->resize(names.size());
+  found->assign(names.size(), 0);
+  std::lock_guard<std::mutex> lk(mu_);
+  for (size_t i = 0; i < names.size(); ++i) {
+    auto it = table_.find(*names[i]);
+    if (it == table_.end()) continue;
+    (*out)[i] = std::move(it->second);
+    (*found)[i] = 1;
+    table_.erase(it);
+  }
 }
 
 bool TensorQueue::Empty() {

@@ -20,7 +20,7 @@ class TensorQueue {
   // When the engine runs the operation: refuses a name already in flight (all or none
   // are reserved).
   Status Reserve(const std::vector<std::string>& names);
-  void Release(const std::string& name);
+  void Release(const std::vector<std::string>& names);
   // When the engine runs the operation: entries become visible to the background thread.
   void Add(std::vector<TensorTableEntry>&& entries);
   // Background thread: requests added since the last call, in submission order.
@@ -28,6 +28,10 @@ class TensorQueue {
   // Background thread: the entry for a name (nullptr if absent); valid until Take.
   TensorTableEntry* Find(const std::string& name);
   bool Take(const std::string& name, TensorTableEntry* out);
+  // Takes the entries of many names under one lock: out[i] is names[i]'s entry, found[i]
+  // says whether it was queued.
+  void TakeMany(const std::vector<const std::string*>& names, std::vector<TensorTableEntry>* out,
+                std::vector<char>* found);
   // No entry waiting or running (new requests included).
   bool Empty();
   // Takes every entry (shutdown): the caller fails them.

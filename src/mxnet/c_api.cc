@@ -2,7 +2,10 @@
 // NCCL's API: each call only fills a description and hands it to one enqueue function).
 #include "mxhorovod/c_api.h"
 
+#include <algorithm>
 #include <memory>
+#include <utility>
+#include <vector>
 #include <string>
 
 #include "common/executor.h"
@@ -28,13 +31,17 @@ std::string What(OpType t, const char* name) {
 // Describes input and output, checks what this rank alone can check, and keeps both alive.
 Status MakeTensor(OpType type, const ProcessSet& set, void* input, void* output, const char* name,
                   OpTensor* t) {
-  const std::string what = What(type, name);
-  if (name == nullptr || !*name) return Status::InvalidArgument(what + ": empty name");
+  if (name == nullptr || !*name) return Status::InvalidArgument(What(type, name) + ": empty name");
   ArrayInfo in, out;
-  Status s = Describe(input, what + " input", &in);
-  if (s.ok()) s = Describe(output, what + " output", &out);
+  Status s = Describe(input, Label{OpTypeName(type), name, "input"}, &in);
   if (!s.ok()) return s;
-  if (in.dtype != out.dtype) return Status::InvalidArgument(what + ": input and output dtypes differ");
+  if (output == input) {
+    out = in;
+  } else {
+    s = Describe(output, Label{OpTypeName(type), name, "output"}, &out);
+    if (!s.ok()) return s;
+  }
+  if (in.dtype != out.dtype) return Status::InvalidArgument(What(type, name) + ": input and output dtypes differ");
   bool same_rows = in.shape.size() == out.shape.size();
   for (size_t i = 1; same_rows && i < in.shape.size(); ++i) same_rows = in.shape[i] == out.shape[i];
   bool fits = same_rows;
@@ -42,21 +49,21 @@ Status MakeTensor(OpType type, const ProcessSet& set, void* input, void* output,
     fits = in.shape == out.shape;
   } else if (type == OpType::kReducescatter) {
     if (in.shape.empty()) {
-      return Status::InvalidArgument(what + ": a 0-d array has no dimension 0 to scatter");
+      return Status::InvalidArgument(What(type, name) + ": a 0-d array has no dimension 0 to scatter");
     }
     fits = same_rows && out.shape[0] == ReducescatterRows(in.shape[0], set.size, set.rank);
   }
   if (!fits) {
-    return Status::InvalidArgument(what + ": output shape " + ShapeString(out.shape) +
+    return Status::InvalidArgument(What(type, name) + ": output shape " + ShapeString(out.shape) +
                                    " does not fit input shape " + ShapeString(in.shape));
   }
   t->in_place = (input == output);
   if (t->in_place && type == OpType::kReducescatter) {
-    return Status::InvalidArgument(what + ": reducescatter cannot run in place");
+    return Status::InvalidArgument(What(type, name) + ": reducescatter cannot run in place");
   }
   if (!t->in_place && ChunkIdentity(input) == ChunkIdentity(output)) {
     // Views of one buffer as read and write dependencies: the engine would wait on itself.
-    return Status::InvalidArgument(what + ": input and output are views of the same buffer");
+    return Status::InvalidArgument(What(type, name) + ": input and output are views of the same buffer");
   }
   t->request.op_type = type;
   t->request.name = name;
@@ -99,6 +106,7 @@ int Grouped(OpType type, void** inputs, void** outputs, int num, const char** na
   auto op = std::make_unique<EngineOp>();
   Status s = MemberSet(process_set_id, What(type, names[0]), &op->set);
   if (!s.ok()) return Fail(s);
+  op->tensors.reserve(num);
   const bool reduces = type == OpType::kAllreduce || type == OpType::kReducescatter;
   for (int i = 0; i < num; ++i) {
     if (reduces) {
@@ -116,13 +124,21 @@ int Grouped(OpType type, void** inputs, void** outputs, int num, const char** na
     op->tensors.push_back(std::move(t));
   }
   // The engine hangs on an array listed twice; refuse a handle given twice (the Python
-  // layer also refuses the same NDArray object twice).
-  for (int i = 0; i < num; ++i) {
-    for (int j = 0; j < i; ++j) {
-      if (ChunkIdentity(outputs[i]) == ChunkIdentity(outputs[j]) ||
-          ChunkIdentity(inputs[i]) == ChunkIdentity(inputs[j]) ||
-          ChunkIdentity(inputs[i]) == ChunkIdentity(outputs[j]) ||
-          ChunkIdentity(outputs[i]) == ChunkIdentity(inputs[j])) {
+  // layer also refuses the same NDArray object twice). Sorted, not pairwise: a group may
+  // hold thousands of tensors.
+  if (num > 1) {
+    std::vector<std::pair<const void*, int>> chunks;  // (chunk, tensor index)
+    chunks.reserve(2 * num);
+    for (int i = 0; i < num; ++i) {
+      chunks.emplace_back(ChunkIdentity(inputs[i]), i);
+      if (!op->tensors[i].in_place) chunks.emplace_back(ChunkIdentity(outputs[i]), i);
+    }
+    std::sort(chunks.begin(), chunks.end());
+    for (size_t k = 1; k < chunks.size(); ++k) {
+      if (chunks[k].first == chunks[k - 1].first) {
+        int i = chunks[k].second, j = chunks[k - 1].second;
+        if (i == j) continue;  // input and output of one tensor: refused in MakeTensor
+        if (i < j) std::swap(i, j);
         return Fail(Status::InvalidArgument(kind + ": '" + std::string(names[i]) + "' and '" +
                                             names[j] + "' are the same array or views of one buffer"));
       }

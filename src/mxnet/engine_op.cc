@@ -22,24 +22,29 @@ struct EngineCallback {
   void* param;
 };
 
-// Completes the engine operation once every tensor of the call is done.
+// Completes the engine operation once every tensor of the call is done; then releases
+// the call's names, all under one lock.
 class Completion {
  public:
-  Completion(EngineCallback cb, size_t n, std::shared_ptr<ProcessSet> set)
-      : cb_(cb), remaining_(n), set_(std::move(set)) {}
-  void Done(const std::string& name, const Status& s) {
-    set_->queue.Release(name);
-    {
+  Completion(EngineCallback cb, std::vector<std::string> names, std::shared_ptr<ProcessSet> set)
+      : cb_(cb), names_(std::move(names)), remaining_(names_.size()), set_(std::move(set)) {}
+  void Done(const Status& s) {
+    if (!s.ok()) {
       std::lock_guard<std::mutex> lk(mu_);
-      if (!s.ok() && error_.empty()) error_ = s.reason();
+      if (error_.empty()) error_ = s.reason();
     }
-    if (--remaining_ == 0) Finish();
+    if (--remaining_ == 0) {
+      set_->queue.Release(names_);
+      Finish();
+    }
   }
-  // Completes the whole operation at once, before any tensor reached the core.
+  // Completes the whole operation at once, before any tensor reached the core (nothing
+  // was reserved).
   void Fail(const std::string& msg) {
     error_ = msg;
     Finish();
   }
+  const std::vector<std::string>& names() const { return names_; }
 
  private:
   void Finish() {
@@ -52,41 +57,37 @@ class Completion {
     }
   }
   EngineCallback cb_;
+  const std::vector<std::string> names_;
   std::atomic<size_t> remaining_;
   std::shared_ptr<ProcessSet> set_;
   std::mutex mu_;
   std::string error_;
 };
 
-std::string What(const Request& r) {
-  return std::string(OpTypeName(r.op_type)) + " '" + r.name + "'";
-}
-
 // Runs on an MXNet engine thread when the dependencies are ready; returns at once.
 void RunOp(void* /*rctx*/, void* on_complete, void* param) {
   auto* op = static_cast<EngineOp*>(param);
   EngineCallback cb;
   std::memcpy(&cb, on_complete, sizeof(cb));
-  auto done = std::make_shared<Completion>(cb, op->tensors.size(), op->set);
   // Names are reserved in engine order, not at the call: a training loop reuses one name
   // per gradient every step, and the engine runs step k+1's operation on an array only
   // after step k's completed (and released the name), as in Horovod.
   std::vector<std::string> names;
+  names.reserve(op->tensors.size());
   for (const auto& t : op->tensors) names.push_back(t.request.name);
-  Status reserved = op->set->queue.Reserve(names);
+  auto done = std::make_shared<Completion>(cb, std::move(names), op->set);
+  Status reserved = op->set->queue.Reserve(done->names());
   if (!reserved.ok()) {
     done->Fail(reserved.reason());
     return;
   }
   std::vector<TensorTableEntry> entries(op->tensors.size());
   for (size_t i = 0; i < op->tensors.size(); ++i) {
-    const OpTensor& t = op->tensors[i];
+    OpTensor& t = op->tensors[i];
     TensorTableEntry& e = entries[i];
-    e.request = t.request;
-    e.request.process_set_id = op->set->id;
-    e.recv_splits = t.recv_splits;
-    Status s = DataAtRun(t.input, What(t.request), &e.input.data);
-    if (s.ok() && !t.in_place) s = DataAtRun(t.output, What(t.request), &e.output.data);
+    const Label label{OpTypeName(t.request.op_type), t.request.name.c_str()};
+    Status s = DataAtRun(t.input, label, &e.input.data);
+    if (s.ok() && !t.in_place) s = DataAtRun(t.output, label, &e.output.data);
     if (!s.ok()) {
       // Whether this happens can differ between ranks (it depends on when the engine ran
       // the op that changed the layout), so the failure is negotiated like a request:
@@ -94,14 +95,24 @@ void RunOp(void* /*rctx*/, void* on_complete, void* param) {
       e.request.local_error = s.reason();
       e.input.data = e.output.data = nullptr;
     }
-    if (t.in_place) e.output.data = e.input.data;
+    if (t.in_place) {
+      e.output.data = e.input.data;
+      e.output.shape = t.request.shape;
+    } else {
+      int ndim = 0;
+      const int* dims = nullptr;
+      MXNDArrayGetShapeEx(t.output, &ndim, &dims);
+      e.output.shape.assign(dims, dims + ndim);
+    }
     e.input.shape = t.request.shape;
-    int ndim = 0;
-    const int* dims = nullptr;
-    MXNDArrayGetShapeEx(t.output, &ndim, &dims);
-    e.output.shape.assign(dims, dims + ndim);
-    std::string name = t.request.name;
-    e.callback = [done, name](const Status& st) { done->Done(name, st); };
+    e.recv_splits = std::move(t.recv_splits);
+    // The operation runs once: its request moves to the core (the handles stay for
+    // DeleteOp).
+    std::string local_error = std::move(e.request.local_error);
+    e.request = std::move(t.request);
+    e.request.local_error = std::move(local_error);
+    e.request.process_set_id = op->set->id;
+    e.callback = [done](const Status& st) { done->Done(st); };
   }
   Enqueue(std::move(entries));
 }
@@ -132,6 +143,23 @@ Status Push(std::unique_ptr<EngineOp> op, int priority, const char* opr_name) {
   if (rc != 0) {
     return Status::UnknownError("MXEnginePushAsyncND failed: " + LastMXNetError());
   }
+  return Status::OK();
+}
+
+namespace {
+void RunNoop(void*, void* on_complete, void*) {
+  EngineCallback cb;
+  std::memcpy(&cb, on_complete, sizeof(cb));
+  cb.fn(cb.engine, cb.param, nullptr);
+}
+}  // namespace
+
+Status PushNoop(void* handle) {
+  int ctx[2] = {1, 0};
+  int prop = 3;
+  int rc = MXEnginePushAsyncND(&RunNoop, nullptr, nullptr, ctx, nullptr, 0, &handle, 1, &prop, 0,
+                               "HorovodNoop", false);
+  if (rc != 0) return Status::UnknownError("MXEnginePushAsyncND failed: " + LastMXNetError());
   return Status::OK();
 }
 

@@ -15,39 +15,45 @@ const char* MXDTypeName(int code) {
 
 }  // namespace
 
+std::string Label::str() const {
+  std::string s = std::string(op) + " '" + (name ? name : "") + "'";
+  if (role) s += std::string(" ") + role;
+  return s;
+}
+
 std::string LastMXNetError() {
   std::string s = MXGetLastError();
   auto cut = s.find("\nStack trace");
   return cut == std::string::npos ? s : s.substr(0, cut);
 }
 
-Status Describe(void* handle, const std::string& what, ArrayInfo* out) {
-  if (handle == nullptr) return Status::InvalidArgument(what + ": the NDArray handle is null");
+Status Describe(void* handle, const Label& label, ArrayInfo* out) {
+  if (handle == nullptr) return Status::InvalidArgument(label.str() + ": the NDArray handle is null");
   int stype = 0;
-  if (MXNDArrayGetStorageType(handle, &stype) != 0) return Status::InvalidArgument(what + ": " + LastMXNetError());
+  if (MXNDArrayGetStorageType(handle, &stype) != 0) return Status::InvalidArgument(label.str() + ": " + LastMXNetError());
   if (stype != 0) {
     return Status::InvalidArgument(
-        what + ": " + (stype == 1 ? "row_sparse" : stype == 2 ? "csr" : "undefined-storage") +
+        label.str() + ": " + (stype == 1 ? "row_sparse" : stype == 2 ? "csr" : "undefined-storage") +
         " NDArrays are not supported; convert with .tostype('default') first");
   }
   int dev_type = 0, dev_id = 0;
   MXNDArrayGetContext(handle, &dev_type, &dev_id);
   if (dev_type == 2) {
-    return Status::InvalidArgument(what + ": GPU arrays are not supported by this build (CPU, MPI only)");
+    return Status::InvalidArgument(label.str() + ": GPU arrays are not supported by this build (CPU, MPI only)");
   }
-  if (MXNDArrayGetDType(handle, &out->dtype) != 0) return Status::InvalidArgument(what + ": " + LastMXNetError());
+  if (MXNDArrayGetDType(handle, &out->dtype) != 0) return Status::InvalidArgument(label.str() + ": " + LastMXNetError());
   if (!IsSupportedDType(out->dtype)) {
-    return Status::InvalidArgument(what + ": dtype " + MXDTypeName(out->dtype) +
+    return Status::InvalidArgument(label.str() + ": dtype " + MXDTypeName(out->dtype) +
                                    " is not supported (use float16, float32, float64, uint8, "
                                    "int8, int32 or int64)");
   }
   int ndim = 0;
   const int* dims = nullptr;
-  if (MXNDArrayGetShapeEx(handle, &ndim, &dims) != 0) return Status::InvalidArgument(what + ": " + LastMXNetError());
+  if (MXNDArrayGetShapeEx(handle, &ndim, &dims) != 0) return Status::InvalidArgument(label.str() + ": " + LastMXNetError());
   int np_shape = 0;
   MXIsNumpyShape(&np_shape);
   if (ndim < 0 || (ndim == 0 && !np_shape)) {
-    return Status::InvalidArgument(what + ": the NDArray has no shape (uninitialized)");
+    return Status::InvalidArgument(label.str() + ": the NDArray has no shape (uninitialized)");
   }
   out->shape.assign(dims, dims + ndim);  // () under npx.set_np(): a 0-d array, 1 element
   return Status::OK();
@@ -59,13 +65,23 @@ Status ResolveLayout(void* handle) {
   return Status::OK();
 }
 
-Status DataAtRun(void* handle, const std::string& what, void** data) {
+Status SettleLayout(void* handle) {
+  int dtype = -1, ndim = 0, fresh_grad = 0;
+  const int* dims = nullptr;
+  if (MXNDArrayGetDType(handle, &dtype) != 0 || dtype != 0) return Status::OK();
+  if (MXNDArrayGetShapeEx(handle, &ndim, &dims) != 0 || ndim < 2 || ndim > 5) return Status::OK();
+  if (MXNDArrayGetGradState(handle, &fresh_grad) != 0 || fresh_grad) return Status::OK();
+  if (MXNDArrayWaitToWrite(handle) != 0) return Status::InvalidArgument(LastMXNetError());
+  return ResolveLayout(handle);
+}
+
+Status DataAtRun(void* handle, const Label& label, void** data) {
   // MXNDArrayToDLPack never waits: for an array in MKLDNN layout it fails its check instead
   // (MXNDArrayGetData would reorder and wait for our own operation: a deadlock).
   DLManagedTensorHandle dl = nullptr;
   if (MXNDArrayToDLPack(handle, &dl) != 0) {
     return Status::PreconditionError(
-        what + ": the array was converted to MKLDNN's internal layout by an operation queued "
+        label.str() + ": the array was converted to MKLDNN's internal layout by an operation queued "
         "before this collective (an inference-mode forward pass); call .wait_to_read() on it "
         "before the collective. MXNet said: " + LastMXNetError());
   }

@@ -11,6 +11,15 @@
 namespace mxhorovod {
 namespace mx {
 
+// Names an array in error messages ("allreduce 'grad3' input"); the text is built only
+// when an error is reported, so the per-tensor path allocates nothing for it.
+struct Label {
+  const char* op;              // "allreduce"
+  const char* name;            // the tensor's name
+  const char* role = nullptr;  // "input", "output" or none
+  std::string str() const;
+};
+
 struct ArrayInfo {
   int dtype = -1;
   std::vector<int64_t> shape;
@@ -20,14 +29,20 @@ struct ArrayInfo {
 // touches the data: an array whose producer has not run yet is allocated by the engine
 // thread that runs it, and reading data() here would race with that allocation (seen: a
 // peer's contribution read from a second, uninitialised buffer).
-// `what` (e.g. "allreduce 'grad3'") starts every error message.
-Status Describe(void* handle, const std::string& what, ArrayInfo* out);
+// `what` starts every error message.
+Status Describe(void* handle, const Label& what, ArrayInfo* out);
 // Converts an array that MKLDNN holds in its own layout back to the default layout and
 // waits for that; call only on an array with no pending writes (after wait_to_read()).
 Status ResolveLayout(void* handle);
+// Before a collective reads an array that MXNet's MKLDNN backend may be converting to its
+// own layout (a float32 array of 2 to 5 dimensions that is not a fresh gradient; an
+// inference-mode forward pass does that to weights, and does it while it READS them):
+// waits for the array's pending writers and readers, then converts it back to the default
+// layout. Any other array returns at once, without waiting. Call without the GIL.
+Status SettleLayout(void* handle);
 // The data pointer when the engine runs the operation, without waiting: fails with a clear
 // message if an operation queued before ours converted the array to MKLDNN's layout.
-Status DataAtRun(void* handle, const std::string& what, void** data);
+Status DataAtRun(void* handle, const Label& what, void** data);
 // Identity of the memory chunk (and so of the engine variable) behind a handle, without
 // touching the data: two views of one buffer (x and x[0:2]) share it. Reads the first
 // member of mxnet::NDArray (std::shared_ptr<Chunk> ptr_, ndarray.h of MXNet 1.x; the class

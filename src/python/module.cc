@@ -13,6 +13,7 @@
 #include "common/operations.h"
 #include "common/timeline.h"
 #include "mxhorovod/c_api.h"
+#include "mxnet/engine_op.h"
 #include "mxnet/ndarray.h"
 
 namespace py = pybind11;
@@ -48,24 +49,32 @@ int GroupedAllgather(void** in, void** out, int n, const char** names, int, doub
   return MXWaitforHorovodGroupedAllgather(in, out, n, names, priority, ps);
 }
 
+// Settles the inputs' layout first when asked (see mx::SettleLayout): Python asks unless
+// MXNet lacks MKLDNN or the call is a gradient reduction.
 void CallGrouped(Grouped fn, const char* what, const std::vector<uintptr_t>& ins,
                  const std::vector<uintptr_t>& outs, const std::vector<std::string>& names, int op,
-                 double pre, double post, int priority, int ps) {
+                 double pre, double post, int priority, int ps, bool settle) {
   if (ins.size() != outs.size() || ins.size() != names.size()) {
     throw py::value_error(std::string(what) + ": inputs, outputs and names differ in length");
   }
   std::vector<void*> in, out;
   std::vector<const char*> cnames;
+  in.reserve(ins.size());
+  out.reserve(ins.size());
+  cnames.reserve(ins.size());
   for (size_t i = 0; i < ins.size(); ++i) {
     in.push_back(H(ins[i]));
     out.push_back(H(outs[i]));
     cnames.push_back(names[i].c_str());
   }
-  int rc;
+  int rc = 0;
+  Status s;
   {
     py::gil_scoped_release nogil;
-    rc = fn(in.data(), out.data(), (int)in.size(), cnames.data(), op, pre, post, priority, ps);
+    for (size_t i = 0; settle && s.ok() && i < in.size(); ++i) s = mx::SettleLayout(in[i]);
+    if (s.ok()) rc = fn(in.data(), out.data(), (int)in.size(), cnames.data(), op, pre, post, priority, ps);
   }
+  Raise(s);
   Check(rc);
 }
 
@@ -95,6 +104,8 @@ PYBIND11_MODULE(_core, m) {
     }
     Raise(s);
   }, "Back to MXNet's default layout (after wait_to_read(); MKLDNN weights)");
+  m.def("engine_noop", [](uintptr_t h) { Raise(mx::PushNoop(H(h))); },
+        "benchmarks: one engine operation on the array that completes at once");
   m.def("stop_reason", &StopReason);
   // Rank 0 records (as in Horovod); on the other ranks these are no-ops.
   m.def("start_timeline", [](const std::string& path, bool mark_cycles) {
@@ -135,26 +146,34 @@ PYBIND11_MODULE(_core, m) {
     Raise(s);
   });
   m.def("allreduce", [](uintptr_t in, uintptr_t out, const std::string& name, int op, double pre,
-                        double post, int priority, int ps) {
-    CallGrouped(&MXWaitforHorovodGroupedAllreduce, "allreduce", {in}, {out}, {name}, op, pre, post,
-                priority, ps);
+                        double post, int priority, int ps, bool settle) {
+    int rc = 0;
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      if (settle) s = mx::SettleLayout(H(in));
+      if (s.ok()) rc = MXWaitforHorovodAllreduce(H(in), H(out), name.c_str(), op, pre, post, priority, ps);
+    }
+    Raise(s);
+    Check(rc);
   });
   m.def("grouped_allreduce", [](const std::vector<uintptr_t>& ins, const std::vector<uintptr_t>& outs,
                                 const std::vector<std::string>& names, int op, double pre, double post,
-                                int priority, int ps) {
+                                int priority, int ps, bool settle) {
     CallGrouped(&MXWaitforHorovodGroupedAllreduce, "grouped_allreduce", ins, outs, names, op, pre,
-                post, priority, ps);
+                post, priority, ps, settle);
   });
   m.def("grouped_reducescatter", [](const std::vector<uintptr_t>& ins,
                                     const std::vector<uintptr_t>& outs,
                                     const std::vector<std::string>& names, int op, double pre,
-                                    double post, int priority, int ps) {
+                                    double post, int priority, int ps, bool settle) {
     CallGrouped(&MXWaitforHorovodGroupedReducescatter, "grouped_reducescatter", ins, outs, names,
-                op, pre, post, priority, ps);
+                op, pre, post, priority, ps, settle);
   });
   m.def("grouped_allgather", [](const std::vector<uintptr_t>& ins, const std::vector<uintptr_t>& outs,
                                 const std::vector<std::string>& names, int priority, int ps) {
-    CallGrouped(&GroupedAllgather, "grouped_allgather", ins, outs, names, 0, 1.0, 1.0, priority, ps);
+    CallGrouped(&GroupedAllgather, "grouped_allgather", ins, outs, names, 0, 1.0, 1.0, priority, ps,
+                false);
   });
   m.def("broadcast", [](uintptr_t in, uintptr_t out, const std::string& name, int root, int priority,
                         int ps) {
