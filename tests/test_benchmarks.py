@@ -72,8 +72,10 @@ def test_resnet50_gradients():
 def test_small_tensors():
     obj = run_script("small_tensors.py")
     rows = {r["what"]: r for r in obj["rows"]}
-    assert set(rows) == {"each", "grouped"}
+    assert set(rows) == {"each", "grouped", "engine_noop"}
     assert rows["each"]["floor"] == "per_call" and rows["grouped"]["floor"] == "pack_one_call"
+    # MXNet's own cost of one engine operation per tensor, beside "each".
+    assert rows["engine_noop"]["impl"] == "mxnet" and rows["engine_noop"]["floor"] == "per_call"
     for r in rows.values():
         assert r["count"] == 50 and r["bytes"] == 1024
         check_stats(r["time_s"])
