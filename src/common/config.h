@@ -19,6 +19,9 @@ struct Config {
   bool dynamic_process_sets = false;          // HOROVOD_DYNAMIC_PROCESS_SETS
   bool autotune = false;                      // HOROVOD_AUTOTUNE
   int64_t zero_copy_bytes = 64ll << 10;       // MXHOROVOD_ZERO_COPY_BYTES: larger goes in place
+  // MXHOROVOD_BLOCKING_DATA: 1 = MPI's blocking (polling) calls for the data, 0 = nonblocking
+  // calls waited with yield-then-sleep; unset (-1) = blocking unless ranks outnumber cores.
+  int blocking_data = -1;
   bool hierarchical_allreduce = false;        // HOROVOD_HIERARCHICAL_ALLREDUCE (> 0: on)
   std::string timeline;                       // HOROVOD_TIMELINE: file written by rank 0
                                               // ("" or DYNAMIC: only start_timeline())
