@@ -63,13 +63,14 @@ def _name(kind, name):
     if name is None:
         counter = _counters.setdefault(kind, itertools.count())
         return "%s.noname.%d" % (kind, next(counter))
-    name = name if isinstance(name, str) else str(name)
+    name = name if type(name) is str else str(name)
     if "\0" in name:
         raise ValueError("%s: the name %r holds a NUL character" % (kind, name))
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError("%s: the name %r is not valid Unicode text" % (kind, name)) from None
+    if not name.isascii():  # ASCII, the common case, needs no encoding check
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("%s: the name %r is not valid Unicode text" % (kind, name)) from None
     return name
 
 
@@ -195,10 +196,13 @@ def _allreduce(tensor, output, average, name, priority, prescale_factor, postsca
     op = _resolve_op(op, average, what)
     pid = _ps_id(process_set, what)
     name = _name("allreduce", name)
-    _core.allreduce(_handle(tensor), _handle(output), name, op,
-                    _factor(prescale_factor, "prescale_factor", name),
-                    _factor(postscale_factor, "postscale_factor", name), _priority(priority, name),
-                    pid, _settle())
+    # The defaults skip their checks: this runs once per gradient per step.
+    pre = 1.0 if prescale_factor == 1.0 else _factor(prescale_factor, "prescale_factor", name)
+    post = 1.0 if postscale_factor == 1.0 else _factor(postscale_factor, "postscale_factor", name)
+    prio = priority if type(priority) is int and -2**31 <= priority < 2**31 \
+        else _priority(priority, name)
+    _core.allreduce(tensor.handle.value, output.handle.value, name, op, pre, post, prio, pid,
+                    _settle())
     return output
 
 
