@@ -82,7 +82,10 @@ def _priority(priority, name):
 
 
 def _factor(value, what, name):
-    v = float(value)
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError("'%s': %s must be a real number, got %r" % (name, what, value)) from None
     if not math.isfinite(v):
         raise ValueError("'%s': %s must be a finite number, got %r" % (name, what, value))
     return v
@@ -197,8 +200,10 @@ def _allreduce(tensor, output, average, name, priority, prescale_factor, postsca
     pid = _ps_id(process_set, what)
     name = _name("allreduce", name)
     # The defaults skip their checks: this runs once per gradient per step.
-    pre = 1.0 if prescale_factor == 1.0 else _factor(prescale_factor, "prescale_factor", name)
-    post = 1.0 if postscale_factor == 1.0 else _factor(postscale_factor, "postscale_factor", name)
+    pre = 1.0 if type(prescale_factor) is float and prescale_factor == 1.0 \
+        else _factor(prescale_factor, "prescale_factor", name)
+    post = 1.0 if type(postscale_factor) is float and postscale_factor == 1.0 \
+        else _factor(postscale_factor, "postscale_factor", name)
     prio = priority if type(priority) is int and -2**31 <= priority < 2**31 \
         else _priority(priority, name)
     _core.allreduce(tensor.handle.value, output.handle.value, name, op, pre, post, prio, pid,

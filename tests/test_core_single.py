@@ -89,6 +89,8 @@ def test_plan_fusion_groups_by_key_within_threshold():
     ("HOROVOD_CYCLE_TIME", "1e9", "minute"),
     ("HOROVOD_CYCLE_TIME", "nan", "not a non-negative number"),
     ("HOROVOD_CYCLE_TIME", "inf", "not a non-negative number"),
+    ("MXHOROVOD_BLOCKING_DATA", "0.5", "not a boolean"),
+    ("MXHOROVOD_BLOCKING_DATA", "garbage", "not a boolean"),
 ])
 def test_out_of_range_environment_values_are_refused(var, value, needle):
     import os

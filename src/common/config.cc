@@ -33,7 +33,8 @@ Config Config::FromEnv() {
   c.cache_capacity = (int64_t)EnvNumber("HOROVOD_CACHE_CAPACITY", (double)c.cache_capacity);
   c.slice_bytes = (int64_t)EnvNumber("MXHOROVOD_SLICE_BYTES", (double)c.slice_bytes);
   c.zero_copy_bytes = (int64_t)EnvNumber("MXHOROVOD_ZERO_COPY_BYTES", (double)c.zero_copy_bytes);
-  c.blocking_data = (int)EnvNumber("MXHOROVOD_BLOCKING_DATA", (double)c.blocking_data);
+  const char* blocking = std::getenv("MXHOROVOD_BLOCKING_DATA");
+  if (blocking && *blocking) c.blocking_data = EnvBool("MXHOROVOD_BLOCKING_DATA", false) ? 1 : 0;
   c.autotune = EnvBool("HOROVOD_AUTOTUNE", false);
   c.dynamic_process_sets = EnvBool("HOROVOD_DYNAMIC_PROCESS_SETS", false);
   if (c.slice_bytes < 1024) c.slice_bytes = 1024;
