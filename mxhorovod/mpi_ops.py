@@ -158,8 +158,8 @@ def _wait_default_layout(tensor):
         # Wait for the readers too: an inference-mode forward READS the weight and may
         # reorder it into MKLDNN's layout while it runs, so waiting for its writers alone
         # (wait_to_read) can miss a reorder still to come (seen under load).
-        mx.base.check_call(mx.base._LIB.MXNDArrayWaitToWrite(tensor.handle))
-        _core.resolve_layout(_handle(tensor))
+        # Not when a collective of ours still reads it (see _core.wait_default_layout).
+        _core.wait_default_layout(_handle(tensor))
     else:
         tensor.wait_to_read()
 

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstring>
 #include <mutex>
+#include <unordered_map>
 
 #include "common/operations.h"
 #include "mxnet/ndarray.h"
@@ -119,9 +120,34 @@ void RunOp(void* /*rctx*/, void* on_complete, void* param) {
 
 void DeleteOp(void* param) { delete static_cast<EngineOp*>(param); }
 
+// Chunk -> our operations in flight reading it. Never destroyed: engine threads may delete
+// operations after main() returns.
+std::mutex& ReadsMu() {
+  static auto* mu = new std::mutex();
+  return *mu;
+}
+std::unordered_map<const void*, int>& Reads() {
+  static auto* reads = new std::unordered_map<const void*, int>();
+  return *reads;
+}
+
 }  // namespace
 
+bool ReadByOurCollective(void* handle) {
+  const void* chunk = ChunkIdentity(handle);
+  std::lock_guard<std::mutex> lk(ReadsMu());
+  return Reads().count(chunk) > 0;
+}
+
 EngineOp::~EngineOp() {
+  if (!read_chunks.empty()) {
+    std::lock_guard<std::mutex> lk(ReadsMu());
+    auto& reads = Reads();
+    for (const void* c : read_chunks) {
+      auto it = reads.find(c);
+      if (it != reads.end() && --it->second == 0) reads.erase(it);
+    }
+  }
   for (auto& t : tensors) {
     FreeHandle(t.input);
     if (!t.in_place) FreeHandle(t.output);
@@ -137,6 +163,14 @@ Status Push(std::unique_ptr<EngineOp> op, int priority, const char* opr_name) {
   }
   int ctx[2] = {1, 0};   // mxnet::Context{kCPU, 0}
   int prop = 3;          // FnProperty::kCPUPrioritized: the queue that honours `priority`
+  {
+    std::lock_guard<std::mutex> lk(ReadsMu());
+    auto& reads = Reads();
+    for (const auto& t : op->tensors) {
+      op->read_chunks.push_back(ChunkIdentity(t.input));
+      ++reads[op->read_chunks.back()];
+    }
+  }
   EngineOp* raw = op.release();
   int rc = MXEnginePushAsyncND(&RunOp, raw, &DeleteOp, ctx, reads.data(), (int)reads.size(),
                                writes.data(), (int)writes.size(), &prop, priority, opr_name, false);

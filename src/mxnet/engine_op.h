@@ -26,8 +26,15 @@ struct OpTensor {
 struct EngineOp {
   std::shared_ptr<ProcessSet> set;  // where the tensors are negotiated
   std::vector<OpTensor> tensors;
+  std::vector<const void*> read_chunks;  // inputs registered by Push (see ReadByOurCollective)
   ~EngineOp();
 };
+
+// Whether a collective of ours that reads this array (by chunk identity) is pushed and not
+// yet completed. Settling a layout must not wait for the array's readers then: that would
+// wait for our own collective, which may need the peers' next call (a hang when ranks
+// issue two collectives of one array in different orders).
+bool ReadByOurCollective(void* handle);
 
 // Pushes the operation. Its names are reserved when the engine runs it; a name still in
 // flight then fails this operation (the error is raised at the next read of its outputs).

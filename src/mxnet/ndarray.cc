@@ -71,6 +71,10 @@ Status SettleLayout(void* handle) {
   if (MXNDArrayGetDType(handle, &dtype) != 0 || dtype != 0) return Status::OK();
   if (MXNDArrayGetShapeEx(handle, &ndim, &dims) != 0 || ndim < 2 || ndim > 5) return Status::OK();
   if (MXNDArrayGetGradState(handle, &fresh_grad) != 0 || fresh_grad) return Status::OK();
+  return WaitDefaultLayout(handle);
+}
+
+Status WaitDefaultLayout(void* handle) {
   if (MXNDArrayWaitToWrite(handle) != 0) return Status::InvalidArgument(LastMXNetError());
   return ResolveLayout(handle);
 }

@@ -40,6 +40,9 @@ Status ResolveLayout(void* handle);
 // waits for the array's pending writers and readers, then converts it back to the default
 // layout. Any other array returns at once, without waiting. Call without the GIL.
 Status SettleLayout(void* handle);
+// Waits for the array's pending writers and readers, then converts it to the default
+// layout (SettleLayout's second half, for any array). Call without the GIL.
+Status WaitDefaultLayout(void* handle);
 // The data pointer when the engine runs the operation, without waiting: fails with a clear
 // message if an operation queued before ours converted the array to MKLDNN's layout.
 Status DataAtRun(void* handle, const Label& what, void** data);

@@ -49,6 +49,12 @@ int GroupedAllgather(void** in, void** out, int n, const char** names, int, doub
   return MXWaitforHorovodGroupedAllgather(in, out, n, names, priority, ps);
 }
 
+// mx::SettleLayout, unless a collective of ours still reads the array: its layout was
+// settled for that one, and waiting for the array's readers would wait for it (a hang when
+// the ranks issue two collectives of one array in different orders). A layout change
+// slipped in between fails the collective on every rank with an error naming it.
+Status Settle(void* h) { return mx::ReadByOurCollective(h) ? Status::OK() : mx::SettleLayout(h); }
+
 // Settles the inputs' layout first when asked (see mx::SettleLayout): Python asks unless
 // MXNet lacks MKLDNN or the call is a gradient reduction.
 void CallGrouped(Grouped fn, const char* what, const std::vector<uintptr_t>& ins,
@@ -71,7 +77,7 @@ void CallGrouped(Grouped fn, const char* what, const std::vector<uintptr_t>& ins
   Status s;
   {
     py::gil_scoped_release nogil;
-    for (size_t i = 0; settle && s.ok() && i < in.size(); ++i) s = mx::SettleLayout(in[i]);
+    for (size_t i = 0; settle && s.ok() && i < in.size(); ++i) s = Settle(in[i]);
     if (s.ok()) rc = fn(in.data(), out.data(), (int)in.size(), cnames.data(), op, pre, post, priority, ps);
   }
   Raise(s);
@@ -96,16 +102,15 @@ PYBIND11_MODULE(_core, m) {
   m.def("shutdown", [] { py::gil_scoped_release nogil; Shutdown(); });
   m.def("finalize_mpi", [] { py::gil_scoped_release nogil; FinalizeMPI(); });
   m.def("is_initialized", &IsInitialized);
-  m.def("resolve_layout", [](uintptr_t h) {
+  m.def("wait_default_layout", [](uintptr_t h) {
     Status s;
     {
       py::gil_scoped_release nogil;
-      s = mx::ResolveLayout(reinterpret_cast<void*>(h));
+      if (!mx::ReadByOurCollective(H(h))) s = mx::WaitDefaultLayout(H(h));
     }
     Raise(s);
-  }, "Back to MXNet's default layout (after wait_to_read(); MKLDNN weights)");
-  m.def("engine_noop", [](uintptr_t h) { Raise(mx::PushNoop(H(h))); },
-        "benchmarks: one engine operation on the array that completes at once");
+  }, "broadcast: wait for the array's writers and readers, then MXNet's default layout "
+     "(not when a collective of ours still reads it)");
   m.def("stop_reason", &StopReason);
   // Rank 0 records (as in Horovod); on the other ranks these are no-ops.
   m.def("start_timeline", [](const std::string& path, bool mark_cycles) {
@@ -151,7 +156,7 @@ PYBIND11_MODULE(_core, m) {
     Status s;
     {
       py::gil_scoped_release nogil;
-      if (settle) s = mx::SettleLayout(H(in));
+      if (settle) s = Settle(H(in));
       if (s.ok()) rc = MXWaitforHorovodAllreduce(H(in), H(out), name.c_str(), op, pre, post, priority, ps);
     }
     Raise(s);

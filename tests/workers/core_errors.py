@@ -117,6 +117,17 @@ for x in grp:
     np.testing.assert_array_equal(x.asnumpy(), np.full((2,), n * (n - 1) / 2, "float32"))
 works("core_refused")
 
+# Two collectives reading one float32 2-D array (a weight's shape, whose MKLDNN layout is
+# settled first), issued in different orders on different ranks: settling must not wait for
+# this rank's own first collective, which needs the peers' second call (it used to hang).
+w = mx.nd.ones((4, 4)) * (r + 1)
+order = ["a", "b"] if r % 2 == 0 else ["b", "a"]
+ys = {k: hvd.allreduce(w, op=hvd.Sum, name="ord." + k) for k in order}
+bs = {k: hvd.broadcast(w, root_rank=0, name="ordb." + k) for k in order}
+for k in order:
+    np.testing.assert_array_equal(ys[k].asnumpy(), np.full((4, 4), n * (n + 1) / 2, "float32"))
+    np.testing.assert_array_equal(bs[k].asnumpy(), np.ones((4, 4), "float32"))
+
 # A late rank: the others' calls return at once; a name in flight twice is refused.
 t0 = time.time()
 if r == n - 1:
