@@ -102,6 +102,8 @@ PYBIND11_MODULE(_core, m) {
   m.def("shutdown", [] { py::gil_scoped_release nogil; Shutdown(); });
   m.def("finalize_mpi", [] { py::gil_scoped_release nogil; FinalizeMPI(); });
   m.def("is_initialized", &IsInitialized);
+  m.def("engine_noop", [](uintptr_t h) { Raise(mx::PushNoop(H(h))); },
+        "benchmarks: one engine operation on the array that completes at once");
   m.def("wait_default_layout", [](uintptr_t h) {
     Status s;
     {
