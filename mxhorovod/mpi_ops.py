@@ -75,6 +75,8 @@ def _name(kind, name):
 
 
 def _priority(priority, name):
+    if type(priority) is int and -2**31 <= priority < 2**31:
+        return priority  # the common case, once per gradient per step
     p = int(priority)
     if not -2**31 <= p < 2**31:
         raise ValueError("'%s': priority %d does not fit in a 32-bit int" % (name, p))
@@ -82,6 +84,8 @@ def _priority(priority, name):
 
 
 def _factor(value, what, name):
+    if type(value) is float and math.isfinite(value):
+        return value  # the common case (the 1.0 default), once per gradient per step
     try:
         v = float(value)
     except (TypeError, ValueError):
@@ -199,15 +203,10 @@ def _allreduce(tensor, output, average, name, priority, prescale_factor, postsca
     op = _resolve_op(op, average, what)
     pid = _ps_id(process_set, what)
     name = _name("allreduce", name)
-    # The defaults skip their checks: this runs once per gradient per step.
-    pre = 1.0 if type(prescale_factor) is float and prescale_factor == 1.0 \
-        else _factor(prescale_factor, "prescale_factor", name)
-    post = 1.0 if type(postscale_factor) is float and postscale_factor == 1.0 \
-        else _factor(postscale_factor, "postscale_factor", name)
-    prio = priority if type(priority) is int and -2**31 <= priority < 2**31 \
-        else _priority(priority, name)
-    _core.allreduce(tensor.handle.value, output.handle.value, name, op, pre, post, prio, pid,
-                    _settle())
+    _core.allreduce(_handle(tensor), _handle(output), name, op,
+                    _factor(prescale_factor, "prescale_factor", name),
+                    _factor(postscale_factor, "postscale_factor", name), _priority(priority, name),
+                    pid, _settle())
     return output
 
 

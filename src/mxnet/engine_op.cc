@@ -86,7 +86,12 @@ void RunOp(void* /*rctx*/, void* on_complete, void* param) {
   for (size_t i = 0; i < op->tensors.size(); ++i) {
     OpTensor& t = op->tensors[i];
     TensorTableEntry& e = entries[i];
-    const Label label{OpTypeName(t.request.op_type), t.request.name.c_str()};
+    // The operation runs once: its request moves to the core (the handles stay for
+    // DeleteOp).
+    e.request = std::move(t.request);
+    e.request.process_set_id = op->set->id;
+    e.recv_splits = std::move(t.recv_splits);
+    const Label label{OpTypeName(e.request.op_type), e.request.name.c_str()};
     Status s = DataAtRun(t.input, label, &e.input.data);
     if (s.ok() && !t.in_place) s = DataAtRun(t.output, label, &e.output.data);
     if (!s.ok()) {
@@ -96,23 +101,16 @@ void RunOp(void* /*rctx*/, void* on_complete, void* param) {
       e.request.local_error = s.reason();
       e.input.data = e.output.data = nullptr;
     }
+    e.input.shape = e.request.shape;
     if (t.in_place) {
       e.output.data = e.input.data;
-      e.output.shape = t.request.shape;
+      e.output.shape = e.request.shape;
     } else {
       int ndim = 0;
       const int* dims = nullptr;
       MXNDArrayGetShapeEx(t.output, &ndim, &dims);
       e.output.shape.assign(dims, dims + ndim);
     }
-    e.input.shape = t.request.shape;
-    e.recv_splits = std::move(t.recv_splits);
-    // The operation runs once: its request moves to the core (the handles stay for
-    // DeleteOp).
-    std::string local_error = std::move(e.request.local_error);
-    e.request = std::move(t.request);
-    e.request.local_error = std::move(local_error);
-    e.request.process_set_id = op->set->id;
     e.callback = [done](const Status& st) { done->Done(st); };
   }
   Enqueue(std::move(entries));

@@ -47,11 +47,6 @@ Status Push(std::unique_ptr<EngineOp> op, int priority, const char* opr_name);
 Status PushNoop(void* handle);
 
 }  // namespace mx
-// Pushes an engine operation on `handle` (a write dependency) that completes at once, as
-// ours would with no communication: benchmarks use it to measure MXNet's own cost per
-// operation (the floor of one collective per tensor). Not part of the API.
-Status PushNoop(void* handle);
-
 }  // namespace mxhorovod
 
 #endif  // MXHOROVOD_MXNET_ENGINE_OP_H_

@@ -49,11 +49,16 @@ int GroupedAllgather(void** in, void** out, int n, const char** names, int, doub
   return MXWaitforHorovodGroupedAllgather(in, out, n, names, priority, ps);
 }
 
-// mx::SettleLayout, unless a collective of ours still reads the array: its layout was
-// settled for that one, and waiting for the array's readers would wait for it (a hang when
-// the ranks issue two collectives of one array in different orders). A layout change
-// slipped in between fails the collective on every rank with an error naming it.
-Status Settle(void* h) { return mx::ReadByOurCollective(h) ? Status::OK() : mx::SettleLayout(h); }
+// Settles the array's layout before a collective reads it: mx::SettleLayout (arrays MKLDNN
+// may convert) or, for any array, mx::WaitDefaultLayout. Not when a collective of ours
+// still reads the array: its layout was settled for that one, and waiting for the array's
+// readers would wait for it (a hang when the ranks issue two collectives of one array in
+// different orders). A layout change slipped in between fails the collective on every rank
+// with an error naming it.
+Status Settle(void* h, bool any_array) {
+  if (mx::ReadByOurCollective(h)) return Status::OK();
+  return any_array ? mx::WaitDefaultLayout(h) : mx::SettleLayout(h);
+}
 
 // Settles the inputs' layout first when asked (see mx::SettleLayout): Python asks unless
 // MXNet lacks MKLDNN or the call is a gradient reduction.
@@ -77,7 +82,7 @@ void CallGrouped(Grouped fn, const char* what, const std::vector<uintptr_t>& ins
   Status s;
   {
     py::gil_scoped_release nogil;
-    for (size_t i = 0; settle && s.ok() && i < in.size(); ++i) s = Settle(in[i]);
+    for (size_t i = 0; settle && s.ok() && i < in.size(); ++i) s = Settle(in[i], false);
     if (s.ok()) rc = fn(in.data(), out.data(), (int)in.size(), cnames.data(), op, pre, post, priority, ps);
   }
   Raise(s);
@@ -108,7 +113,7 @@ PYBIND11_MODULE(_core, m) {
     Status s;
     {
       py::gil_scoped_release nogil;
-      if (!mx::ReadByOurCollective(H(h))) s = mx::WaitDefaultLayout(H(h));
+      s = Settle(H(h), true);
     }
     Raise(s);
   }, "broadcast: wait for the array's writers and readers, then MXNet's default layout "
@@ -158,7 +163,7 @@ PYBIND11_MODULE(_core, m) {
     Status s;
     {
       py::gil_scoped_release nogil;
-      if (settle) s = Settle(H(in));
+      if (settle) s = Settle(H(in), false);
       if (s.ok()) rc = MXWaitforHorovodAllreduce(H(in), H(out), name.c_str(), op, pre, post, priority, ps);
     }
     Raise(s);
