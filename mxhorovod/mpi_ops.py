@@ -16,7 +16,11 @@ raise ``ValueError`` (``TypeError`` for a non-NDArray) at once. Errors found in
 negotiation (ranks disagree on shape, dtype, op, root or scale factors; a peer shut down)
 raise ``mxnet.base.MXNetError`` at the next wait on the output (``asnumpy()``,
 ``wait_to_read()``, ``mx.nd.waitall()``), on every rank involved, naming the tensor and
-the ranks' values; the next correct collective works.
+the ranks' values; the next correct collective works. MXNet raises an operation's error
+once, at the first wait on any of its outputs; so that the other outputs of a failed call
+(a grouped call fails as a whole) never read as results afterwards, a failed call fills its
+float16/32/64 outputs, in-place ones included, with NaN (integer outputs keep their
+contents).
 
 Supported: CPU NDArrays with default storage, dtypes float16, float32, float64, uint8,
 int8, int32, int64. 0-d arrays exist only as ``mx.np`` arrays under ``npx.set_np()``.

@@ -27,15 +27,15 @@ struct EngineCallback {
 // the call's names, all under one lock.
 class Completion {
  public:
-  Completion(EngineCallback cb, std::vector<std::string> names, std::shared_ptr<ProcessSet> set)
-      : cb_(cb), names_(std::move(names)), remaining_(names_.size()), set_(std::move(set)) {}
+  Completion(EngineCallback cb, const EngineOp* op, std::vector<std::string> names)
+      : cb_(cb), op_(op), names_(std::move(names)), remaining_(names_.size()) {}
   void Done(const Status& s) {
     if (!s.ok()) {
       std::lock_guard<std::mutex> lk(mu_);
       if (error_.empty()) error_ = s.reason();
     }
     if (--remaining_ == 0) {
-      set_->queue.Release(names_);
+      op_->set->queue.Release(names_);
       Finish();
     }
   }
@@ -52,15 +52,19 @@ class Completion {
     if (error_.empty()) {
       cb_.fn(cb_.engine, cb_.param, nullptr);
     } else {
-      // MXNet stores a copy and rethrows it at the next wait on the outputs.
+      // MXNet stores a copy and rethrows it at the next wait on the outputs, but only once
+      // for all of them (raising clears it): the outputs become NaN, so that the ones read
+      // after the first do not pass for results. The op (and its handles) lives until
+      // DeleteOp, after this callback; the core no longer touches the buffers.
+      for (const auto& t : op_->tensors) FillNaN(t.output);
       dmlc::Error err("mxhorovod: " + error_);
       cb_.fn(cb_.engine, cb_.param, &err);
     }
   }
   EngineCallback cb_;
+  const EngineOp* op_;
   const std::vector<std::string> names_;
   std::atomic<size_t> remaining_;
-  std::shared_ptr<ProcessSet> set_;
   std::mutex mu_;
   std::string error_;
 };
@@ -76,7 +80,7 @@ void RunOp(void* /*rctx*/, void* on_complete, void* param) {
   std::vector<std::string> names;
   names.reserve(op->tensors.size());
   for (const auto& t : op->tensors) names.push_back(t.request.name);
-  auto done = std::make_shared<Completion>(cb, std::move(names), op->set);
+  auto done = std::make_shared<Completion>(cb, op, std::move(names));
   Status reserved = op->set->queue.Reserve(done->names());
   if (!reserved.ok()) {
     done->Fail(reserved.reason());

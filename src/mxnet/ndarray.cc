@@ -3,6 +3,10 @@
 #include <dlpack/dlpack.h>
 #include <mxnet/c_api.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
 namespace mxhorovod {
 namespace mx {
 namespace {
@@ -93,6 +97,24 @@ Status DataAtRun(void* handle, const Label& label, void** data) {
   *data = static_cast<char*>(t->dl_tensor.data) + t->dl_tensor.byte_offset;
   MXNDArrayCallDLPackDeleter(dl);
   return Status::OK();
+}
+
+void FillNaN(void* handle) {
+  int dtype = -1, ndim = 0;
+  const int* dims = nullptr;
+  void* data = nullptr;
+  if (MXNDArrayGetDType(handle, &dtype) != 0 || dtype < 0 || dtype > 2) return;
+  if (MXNDArrayGetShapeEx(handle, &ndim, &dims) != 0 || ndim < 0) return;
+  if (!DataAtRun(handle, Label{"", ""}, &data).ok() || data == nullptr) return;
+  int64_t n = 1;
+  for (int i = 0; i < ndim; ++i) n *= dims[i];
+  if (dtype == 0) {
+    std::fill_n(static_cast<float*>(data), n, std::numeric_limits<float>::quiet_NaN());
+  } else if (dtype == 1) {
+    std::fill_n(static_cast<double*>(data), n, std::numeric_limits<double>::quiet_NaN());
+  } else {
+    std::fill_n(static_cast<uint16_t*>(data), n, uint16_t{0x7E00});  // IEEE half quiet NaN
+  }
 }
 
 const void* ChunkIdentity(void* handle) {

@@ -46,6 +46,11 @@ Status WaitDefaultLayout(void* handle);
 // The data pointer when the engine runs the operation, without waiting: fails with a clear
 // message if an operation queued before ours converted the array to MKLDNN's layout.
 Status DataAtRun(void* handle, const Label& what, void** data);
+// Fills a float16/32/64 array with NaN (other dtypes are left as they are); call only while
+// holding the array's write dependency (inside our engine operation). A collective that
+// fails as a whole does it to all its outputs: MXNet raises the error once, at the first
+// read of any of them, so the others must not read as plausible numbers afterwards.
+void FillNaN(void* handle);
 // Identity of the memory chunk (and so of the engine variable) behind a handle, without
 // touching the data: two views of one buffer (x and x[0:2]) share it. Reads the first
 // member of mxnet::NDArray (std::shared_ptr<Chunk> ptr_, ndarray.h of MXNet 1.x; the class

@@ -135,6 +135,7 @@ if r == n - 1:
 a = hvd.allreduce(mx.nd.ones((4,)) * r, op=hvd.Sum, name="late.ar")
 b = hvd.broadcast(mx.nd.ones((4,)) * r, root_rank=0, name="late.bc")
 c = hvd.allreduce_(mx.nd.ones((4,)) * r, op=hvd.Sum, name="late.ar_")
+d = hvd.allreduce(mx.nd.ones((4,)) * r, op=hvd.Sum, name="late.gr.1")
 call_time = time.time() - t0
 if r != n - 1:
     assert call_time < 0.5, "calls blocked for %.2fs waiting for the late rank" % call_time
@@ -142,9 +143,21 @@ if r != n - 1:
     # runs it (MXNetError at its read); the first operation is unaffected.
     dup = hvd.allreduce(mx.nd.ones((4,)), name="late.ar")
     expect_error(dup, "late.ar", "in flight")
+    # A group fails as a whole when one member's name is in flight. MXNet raises the error
+    # once, at the first read of any output; every output (new or in place, read before or
+    # after) is NaN, never stale or uninitialised numbers that pass for results.
+    inplace = [mx.nd.ones((3,)), mx.nd.ones((2, 2), dtype="float64"), mx.nd.ones((5,), dtype="float16")]
+    grp = hvd.grouped_allreduce([mx.nd.ones((4,)), mx.nd.ones((3,))], name="late.gr")
+    hvd.grouped_allreduce_(inplace, name="late.gr")
+    expect_error(grp[1], "late.gr.1", "in flight")
+    assert np.isnan(grp[1].asnumpy()).all() and np.isnan(grp[0].asnumpy()).all(), grp
+    expect_error(inplace[2], "late.gr.1", "in flight")
+    for x in inplace:
+        assert np.isnan(x.asnumpy()).all(), x
 np.testing.assert_array_equal(a.asnumpy(), np.full((4,), n * (n - 1) / 2, "float32"))
 np.testing.assert_array_equal(b.asnumpy(), np.zeros((4,), "float32"))
 np.testing.assert_array_equal(c.asnumpy(), np.full((4,), n * (n - 1) / 2, "float32"))
+np.testing.assert_array_equal(d.asnumpy(), np.full((4,), n * (n - 1) / 2, "float32"))
 mx.nd.waitall()  # earlier, handled errors are not raised again
 
 # One name reused every step on the same array (a training loop): legal, the engine
