@@ -191,7 +191,10 @@ def allreduce(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
         tensor: NDArray, same shape and dtype on every rank.
         average: deprecated; True means op=Average, False op=Sum.
         name: matches the call across ranks (converted with str()).
-        priority: MXNet engine priority; higher runs first.
+        priority: passed to MXNet's engine (Horovod's signature); it orders nothing
+            here: the collective is an asynchronous engine operation that starts as soon as
+            the last write to ``tensor`` completes (at the call if there is none), so
+            collectives start in the order their inputs become ready.
         op: hvd.Average (default), hvd.Sum, hvd.Min, hvd.Max or hvd.Product.
         process_set: the ranks that take part (default: all).
     Returns:
