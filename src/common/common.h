@@ -76,10 +76,12 @@ struct Response {
 };
 
 // A tensor as the core sees it: raw memory, element count and shape, no framework.
+// An array's memory: the input's shape is the request's; an output may differ (allgather,
+// alltoall, reducescatter), and the executor checks its size only.
 struct TensorView {
   void* data = nullptr;
-  std::vector<int64_t> shape;
-  int64_t num_elements() const { return NumElements(shape); }
+  int64_t elements = 0;
+  int64_t num_elements() const { return elements; }
 };
 
 using StatusCallback = std::function<void(const Status&)>;

@@ -31,12 +31,14 @@ Status Controller::ComputeResponses(bool shutdown_requested, CycleResult* out) {
   out->stall_shutdown = false;
   out->shutdown_ranks.clear();
   stall_.BeginCycle();  // [stall]
-  std::vector<Request> fresh, to_send;
+  std::vector<Request> to_send;
   to_send.swap(resend_);
+  std::vector<Request*> fresh;  // the queued entries' requests
   queue_->PopRequests(&fresh);
   const size_t words = (cache_.capacity() + 63) / 64;
   std::vector<uint64_t> invalid(words, 0), hits(words, 0);
-  for (auto& r : fresh) {
+  for (Request* fresh_request : fresh) {
+    Request& r = *fresh_request;
     r.rank = rank_;
     int bit = -1;
     if (!r.local_error.empty() || IsControl(r.op_type)) {  // never answered from the cache

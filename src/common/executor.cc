@@ -97,14 +97,14 @@ Status Executor::Broadcast(const Response& resp, TensorTableEntry* e) {
 
 Status Executor::Allgather(const Response& resp, const std::vector<int64_t>& first_dims,
                            TensorTableEntry* e) {
-  const int64_t row_bytes = RowElements(e->input.shape) * DTypeSize(resp.dtype);
+  const int64_t row_bytes = RowElements(e->request.shape) * DTypeSize(resp.dtype);
   std::vector<int64_t> recv_bytes(size_);
   int64_t total_rows = 0;
   for (int r = 0; r < size_; ++r) {
     recv_bytes[r] = first_dims[r] * row_bytes;
     total_rows += first_dims[r];
   }
-  const int64_t want = total_rows * RowElements(e->input.shape);
+  const int64_t want = total_rows * RowElements(e->request.shape);
   if (e->output.num_elements() != want) return Status::InvalidArgument(OutputSizeError(e, want));
   Timeline::Get().ActivityStart(e->request.name, MPIActivityName(OpType::kAllgather));  // [timeline]
   auto s = backend_->Allgatherv(e->input.data, recv_bytes[rank_], e->output.data, recv_bytes);
@@ -113,7 +113,7 @@ Status Executor::Allgather(const Response& resp, const std::vector<int64_t>& fir
 }
 
 Status Executor::Alltoall(TensorTableEntry* e) {
-  const int64_t row = RowElements(e->input.shape);
+  const int64_t row = RowElements(e->request.shape);
   const int64_t row_bytes = row * DTypeSize(e->request.dtype);
   std::vector<int64_t> send_bytes(size_), recv_bytes(size_);
   int64_t recv_rows = 0;
@@ -140,8 +140,8 @@ Status Executor::Reducescatter(const Response& resp, const std::vector<TensorTab
   const int divisor = resp.reduce_op == ReduceOp::kAverage ? size_ : 1;
   std::vector<int64_t> counts(size_, 0);
   for (auto* e : entries) {
-    const int64_t rows = e->input.shape.empty() ? 0 : e->input.shape[0];
-    const int64_t row = RowElements(e->input.shape);
+    const int64_t rows = e->request.shape.empty() ? 0 : e->request.shape[0];
+    const int64_t row = RowElements(e->request.shape);
     const int64_t want = ReducescatterRows(rows, size_, rank_) * row;
     if (e->output.num_elements() != want) return Status::InvalidArgument(OutputSizeError(e, want));
     for (int r = 0; r < size_; ++r) counts[r] += ReducescatterRows(rows, size_, r) * row;
@@ -166,8 +166,8 @@ Status Executor::Reducescatter(const Response& resp, const std::vector<TensorTab
   int64_t off = 0;
   for (int r = 0; r < size_; ++r) {
     for (auto* e : entries) {
-      const int64_t rows = e->input.shape[0];
-      const int64_t row_bytes = RowElements(e->input.shape) * esize;
+      const int64_t rows = e->request.shape[0];
+      const int64_t row_bytes = RowElements(e->request.shape) * esize;
       int64_t first = 0;
       for (int q = 0; q < r; ++q) first += ReducescatterRows(rows, size_, q);
       const int64_t bytes = ReducescatterRows(rows, size_, r) * row_bytes;

@@ -566,22 +566,24 @@ bool MPIThreadsSupported() { return S().threads_supported; }
 
 std::vector<std::shared_ptr<ProcessSet>> ProcessSets() { return S().sets.All(); }
 
-Status MemberSet(int32_t id, const std::string& what, std::shared_ptr<ProcessSet>* out) {
+Status MemberSet(int32_t id, const char* op, const char* name, std::shared_ptr<ProcessSet>* out) {
   State& st = S();
+  // Built only for an error: this runs once per collective call.
+  auto what = [op, name] { return name ? std::string(op) + " '" + name + "'" : std::string(op); };
   // Checked first: a loop that stopped (a peer's shutdown, a stall shutdown) keeps its sets
   // registered until it has failed their pending entries.
   if (!IsInitialized()) {
     std::string why = StopReason();
-    return Status::PreconditionError(what + ": mxhorovod is not initialized" +
+    return Status::PreconditionError(what() + ": mxhorovod is not initialized" +
                                      (why.empty() ? "; call hvd.init() first" : " (" + why + ")"));
   }
   auto set = st.sets.Get(id);
   if (!set) {
-    return Status::InvalidArgument(what + ": process set " + std::to_string(id) +
+    return Status::InvalidArgument(what() + ": process set " + std::to_string(id) +
                                    " is not registered (removed, or never added)");
   }
   if (!set->included) {
-    return Status::InvalidArgument(what + ": this rank (" + std::to_string(GetTopology().rank) +
+    return Status::InvalidArgument(what() + ": this rank (" + std::to_string(GetTopology().rank) +
                                    ") is not in " + set->Describe());
   }
   *out = std::move(set);
@@ -594,7 +596,7 @@ namespace {
 Status RunControlCall(OpType type, const std::string& what, std::vector<int64_t> shape) {
   State& st = S();
   std::shared_ptr<ProcessSet> global;
-  Status s = MemberSet(0, what, &global);
+  Status s = MemberSet(0, what.c_str(), nullptr, &global);
   if (!s.ok()) return s;
   if (!st.dynamic_process_sets) {
     return Status::InvalidArgument(what + ": adding or removing process sets after init() needs "
@@ -625,7 +627,7 @@ Status RunControlCall(OpType type, const std::string& what, std::vector<int64_t>
 Status AddProcessSet(const std::vector<int>& ranks, int32_t* id) {
   const std::string what = "add_process_set(" + RanksString(ranks) + ")";
   std::shared_ptr<ProcessSet> global;
-  Status s = MemberSet(0, what, &global);
+  Status s = MemberSet(0, what.c_str(), nullptr, &global);
   if (!s.ok()) return s;
   std::vector<int> sorted;
   s = NormalizeRanks(ranks, global->size, &sorted);

@@ -42,8 +42,8 @@ bool MPIThreadsSupported();
 // Process sets. The global set (id 0, every rank) exists while running.
 std::vector<std::shared_ptr<ProcessSet>> ProcessSets();  // ascending id; empty when stopped
 // The set a collective is submitted to, checked: registered and this rank a member.
-// `what` names the call in the error.
-Status MemberSet(int32_t id, const std::string& what, std::shared_ptr<ProcessSet>* out);
+// The error names the call: "<op> '<name>'", or `op` alone when `name` is null.
+Status MemberSet(int32_t id, const char* op, const char* name, std::shared_ptr<ProcessSet>* out);
 // Collective over every rank of the job, in the same order everywhere; block until done.
 Status AddProcessSet(const std::vector<int>& ranks, int32_t* id);
 Status RemoveProcessSet(int32_t id);

@@ -28,30 +28,38 @@ void TensorQueue::Release(const std::vector<std::string>& names) {
 void TensorQueue::Add(std::vector<TensorTableEntry>&& entries) {
   std::lock_guard<std::mutex> lk(mu_);
   for (auto& e : entries) {
-    new_requests_.push_back(e.request);
     std::string name = e.request.name;
-    table_.emplace(std::move(name), std::move(e));
+    auto it = table_.emplace(std::move(name), Slot{std::move(e)}).first;
+    new_slots_.push_back(&it->second);
   }
 }
 
-void TensorQueue::PopRequests(std::vector<Request>* out) {
+void TensorQueue::PopRequests(std::vector<Request*>* out) {
   std::lock_guard<std::mutex> lk(mu_);
-  out->reserve(out->size() + new_requests_.size());
-  for (auto& r : new_requests_) out->push_back(std::move(r));
-  new_requests_.clear();
+  out->reserve(out->size() + new_slots_.size());
+  for (Slot* slot : new_slots_) {
+    slot->popped = true;
+    out->push_back(&slot->entry.request);
+  }
+  new_slots_.clear();
+}
+
+void TensorQueue::Unlist(Slot* slot) {
+  if (!slot->popped) new_slots_.erase(std::find(new_slots_.begin(), new_slots_.end(), slot));
 }
 
 TensorTableEntry* TensorQueue::Find(const std::string& name) {
   std::lock_guard<std::mutex> lk(mu_);
   auto it = table_.find(name);
-  return it == table_.end() ? nullptr : &it->second;
+  return it == table_.end() ? nullptr : &it->second.entry;
 }
 
 bool TensorQueue::Take(const std::string& name, TensorTableEntry* out) {
   std::lock_guard<std::mutex> lk(mu_);
   auto it = table_.find(name);
   if (it == table_.end()) return false;
-  *out = std::move(it->second);
+  Unlist(&it->second);
+  *out = std::move(it->second.entry);
   table_.erase(it);
   return true;
 }
@@ -64,7 +72,8 @@ void TensorQueue::TakeMany(const std::vector<const std::string*>& names,
   for (size_t i = 0; i < names.size(); ++i) {
     auto it = table_.find(*names[i]);
     if (it == table_.end()) continue;
-    (*out)[i] = std::move(it->second);
+    Unlist(&it->second);
+    (*out)[i] = std::move(it->second.entry);
     (*found)[i] = 1;
     table_.erase(it);
   }
@@ -72,15 +81,15 @@ void TensorQueue::TakeMany(const std::vector<const std::string*>& names,
 
 bool TensorQueue::Empty() {
   std::lock_guard<std::mutex> lk(mu_);
-  return table_.empty() && new_requests_.empty();
+  return table_.empty() && new_slots_.empty();
 }
 
 std::vector<TensorTableEntry> TensorQueue::TakeAll() {
   std::lock_guard<std::mutex> lk(mu_);
   std::vector<TensorTableEntry> out;
-  for (auto& kv : table_) out.push_back(std::move(kv.second));
+  for (auto& kv : table_) out.push_back(std::move(kv.second.entry));
   table_.clear();
-  new_requests_.clear();
+  new_slots_.clear();
   return out;
 }
 

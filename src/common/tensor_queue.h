@@ -4,7 +4,6 @@
 #ifndef MXHOROVOD_COMMON_TENSOR_QUEUE_H_
 #define MXHOROVOD_COMMON_TENSOR_QUEUE_H_
 
-#include <deque>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -23,8 +22,10 @@ class TensorQueue {
   void Release(const std::vector<std::string>& names);
   // When the engine runs the operation: entries become visible to the background thread.
   void Add(std::vector<TensorTableEntry>&& entries);
-  // Background thread: requests added since the last call, in submission order.
-  void PopRequests(std::vector<Request>* out);
+  // Background thread: the requests added since the last call, in submission order. They
+  // point into the queued entries: valid until the entry is taken (only the background
+  // thread takes entries out).
+  void PopRequests(std::vector<Request*>* out);
   // Background thread: the entry for a name (nullptr if absent); valid until Take.
   TensorTableEntry* Find(const std::string& name);
   bool Take(const std::string& name, TensorTableEntry* out);
@@ -40,8 +41,15 @@ class TensorQueue {
  private:
   std::mutex mu_;
   std::unordered_set<std::string> reserved_;
-  std::unordered_map<std::string, TensorTableEntry> table_;
-  std::deque<Request> new_requests_;
+  struct Slot {
+    TensorTableEntry entry;
+    bool popped = false;  // its request was handed out by PopRequests
+  };
+  // Drops a slot that is taken before its request was popped (an error response naming a
+  // name that arrived in this cycle): its pointer must not be handed out afterwards.
+  void Unlist(Slot* slot);
+  std::unordered_map<std::string, Slot> table_;
+  std::vector<Slot*> new_slots_;  // into table_'s nodes (stable addresses), not yet popped
 };
 
 }  // namespace mxhorovod

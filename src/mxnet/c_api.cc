@@ -101,10 +101,12 @@ Status CheckReduceOp(OpType type, int op, const char* name) {
 // One engine operation over num tensors of one kind (a single call is a group of one).
 int Grouped(OpType type, void** inputs, void** outputs, int num, const char** names, int reduce_op,
             double prescale, double postscale, int priority, int process_set_id) {
-  const std::string kind = num == 1 ? OpTypeName(type) : std::string("grouped ") + OpTypeName(type);
-  if (num <= 0) return Fail(Status::InvalidArgument(kind + ": no tensors given"));
+  auto kind = [type, num] {  // for errors only
+    return num == 1 ? std::string(OpTypeName(type)) : std::string("grouped ") + OpTypeName(type);
+  };
+  if (num <= 0) return Fail(Status::InvalidArgument(kind() + ": no tensors given"));
   auto op = std::make_unique<EngineOp>();
-  Status s = MemberSet(process_set_id, What(type, names[0]), &op->set);
+  Status s = MemberSet(process_set_id, OpTypeName(type), names[0], &op->set);
   if (!s.ok()) return Fail(s);
   op->tensors.reserve(num);
   const bool reduces = type == OpType::kAllreduce || type == OpType::kReducescatter;
@@ -139,7 +141,7 @@ int Grouped(OpType type, void** inputs, void** outputs, int num, const char** na
         int i = chunks[k].second, j = chunks[k - 1].second;
         if (i == j) continue;  // input and output of one tensor: refused in MakeTensor
         if (i < j) std::swap(i, j);
-        return Fail(Status::InvalidArgument(kind + ": '" + std::string(names[i]) + "' and '" +
+        return Fail(Status::InvalidArgument(kind() + ": '" + std::string(names[i]) + "' and '" +
                                             names[j] + "' are the same array or views of one buffer"));
       }
     }
@@ -205,7 +207,7 @@ int MXWaitforHorovodGroupedAllgather(MXHNDArrayHandle* inputs, MXHNDArrayHandle*
 int MXWaitforHorovodBroadcast(MXHNDArrayHandle input, MXHNDArrayHandle output, const char* name,
                               int root_rank, int priority, int process_set_id) {
   auto op = std::make_unique<EngineOp>();
-  Status s = MemberSet(process_set_id, What(OpType::kBroadcast, name), &op->set);
+  Status s = MemberSet(process_set_id, OpTypeName(OpType::kBroadcast), name, &op->set);
   if (!s.ok()) return Fail(s);
   const int size = op->set->size;
   if (root_rank < 0 || root_rank >= size) {
@@ -226,7 +228,7 @@ int MXWaitforHorovodAlltoall(MXHNDArrayHandle input, MXHNDArrayHandle output, co
                              const int64_t* splits, const int64_t* recv_splits, int num_splits,
                              int priority, int process_set_id) {
   auto op = std::make_unique<EngineOp>();
-  Status s = MemberSet(process_set_id, What(OpType::kAlltoall, name), &op->set);
+  Status s = MemberSet(process_set_id, OpTypeName(OpType::kAlltoall), name, &op->set);
   if (!s.ok()) return Fail(s);
   const int size = op->set->size;
   if (num_splits != size) {

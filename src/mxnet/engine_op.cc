@@ -116,15 +116,16 @@ void RunOp(void* /*rctx*/, void* on_complete, void* param) {
       e.request.local_error = s.reason();
       e.input.data = e.output.data = nullptr;
     }
-    e.input.shape = e.request.shape;
+    e.input.elements = NumElements(e.request.shape);
     if (t.in_place) {
       e.output.data = e.input.data;
-      e.output.shape = e.request.shape;
+      e.output.elements = e.input.elements;
     } else {
       int ndim = 0;
       const int* dims = nullptr;
       MXNDArrayGetShapeEx(t.output, &ndim, &dims);
-      e.output.shape.assign(dims, dims + ndim);
+      e.output.elements = 1;
+      for (int d = 0; d < ndim; ++d) e.output.elements *= dims[d];
     }
     e.callback = [done](const Status& st) { done->Done(st); };
   }
