@@ -23,7 +23,7 @@ Status Check(int rc, const char* what) {
 Controller::Controller(MPI_Comm comm, int rank, int size, size_t cache_capacity, TensorQueue* queue,
                        const StallSettings& stall)
     : comm_(comm), rank_(rank), size_(size), queue_(queue), cache_(cache_capacity), table_(size),
-      stall_(stall, rank, size) {}
+      pending_hits_(cache_capacity), stall_(stall, rank, size) {}
 
 Status Controller::ComputeResponses(bool shutdown_requested, CycleResult* out) {
   out->responses.clear();
@@ -47,7 +47,7 @@ Status Controller::ComputeResponses(bool shutdown_requested, CycleResult* out) {
     }
     switch (cache_.capacity() ? cache_.Find(r, &bit) : ResponseCache::kMiss) {
       case ResponseCache::kHit:
-        pending_hits_[bit] = r.name;
+        pending_hits_.Set(bit, r.name);
         stall_.HitPending(bit);                                              // [stall]
         if (rank_ == 0) Timeline::Get().NegotiateCached(r.name, r.op_type);  // [timeline]
         break;
@@ -57,13 +57,13 @@ Status Controller::ComputeResponses(bool shutdown_requested, CycleResult* out) {
   }
   // [stall] A hit waiting too long goes to the coordinator, which can name the missing
   // ranks: its entry is evicted everywhere, so the peers' pending hits on it follow.
-  for (int bit : stall_.StalledHits(pending_hits_)) {
+  for (int bit : stall_.StalledHits(pending_hits_.bits())) {
     invalid[bit / 64] |= 1ull << (bit % 64);
-    TensorTableEntry* e = queue_->Find(pending_hits_[bit]);
+    TensorTableEntry* e = queue_->Find(pending_hits_.Name(bit));
     if (e) to_send.push_back(e->request);
-    pending_hits_.erase(bit);
+    pending_hits_.Erase(bit);
   }
-  for (const auto& kv : pending_hits_) hits[kv.first / 64] |= 1ull << (kv.first % 64);
+  hits = pending_hits_.bits();
   // [stall] Rank 0 warns about stalled names; past the shutdown time it forces a coordinator
   // round (to send every rank the errors naming them) and asks every rank to stop.
   bool stall_stop = false;
@@ -109,11 +109,10 @@ Status Controller::ComputeResponses(bool shutdown_requested, CycleResult* out) {
       inv &= ~(1ull << b);
       int bit = (int)(w * 64 + b);
       cache_.Erase(bit);
-      auto it = pending_hits_.find(bit);
-      if (it != pending_hits_.end()) {
-        TensorTableEntry* e = queue_->Find(it->second);
+      if (pending_hits_.Has(bit)) {
+        TensorTableEntry* e = queue_->Find(pending_hits_.Name(bit));
         if (e) to_send.push_back(e->request);
-        pending_hits_.erase(it);
+        pending_hits_.Erase(bit);
       }
     }
   }
@@ -125,7 +124,7 @@ Status Controller::ComputeResponses(bool shutdown_requested, CycleResult* out) {
       int bit = (int)(w * 64 + b);
       out->responses.push_back(cache_.Get(bit));
       cache_.Touch(bit);
-      pending_hits_.erase(bit);
+      pending_hits_.Erase(bit);
     }
   }
   if (!(flags & kFlagUncached)) return Status::OK();
@@ -141,11 +140,10 @@ Status Controller::ComputeResponses(bool shutdown_requested, CycleResult* out) {
         mine.rank = rank_;
         int evicted = cache_.Put(mine, resp);
         // Every rank evicts the same entry here; whoever was waiting on it asks again.
-        auto it = evicted >= 0 ? pending_hits_.find(evicted) : pending_hits_.end();
-        if (it != pending_hits_.end()) {
-          TensorTableEntry* w = queue_->Find(it->second);
+        if (evicted >= 0 && pending_hits_.Has(evicted)) {
+          TensorTableEntry* w = queue_->Find(pending_hits_.Name(evicted));
           if (w) resend_.push_back(w->request);
-          pending_hits_.erase(it);
+          pending_hits_.Erase(evicted);
         }
       }
     }

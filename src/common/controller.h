@@ -15,12 +15,12 @@
 
 #include <mpi.h>
 
-#include <map>
 #include <memory>
 #include <vector>
 
 #include "common.h"
 #include "message_table.h"
+#include "pending_hits.h"
 #include "response_cache.h"
 #include "stall_inspector.h"
 #include "tensor_queue.h"
@@ -53,7 +53,7 @@ class Controller {
   TensorQueue* queue_;
   ResponseCache cache_;
   MessageTable table_;                   // used on rank 0 only
-  std::map<int, std::string> pending_hits_;  // cache bit -> name, waiting for all ranks
+  PendingHits pending_hits_;
   std::vector<Request> resend_;  // hits whose entry was evicted: negotiate next cycle
   StallInspector stall_;
   std::vector<Response> stall_errors_;  // rank 0: answers for stalled names (stall shutdown)

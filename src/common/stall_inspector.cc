@@ -47,12 +47,13 @@ StallInspector::StallInspector(const StallSettings& settings, int rank, int size
   next_hit_check_ = next_table_check_ = now_ + period_;
 }
 
-std::vector<int> StallInspector::StalledHits(const std::map<int, std::string>& pending_hits) {
+std::vector<int> StallInspector::StalledHits(const std::vector<uint64_t>& pending_bits) {
   std::vector<int> stalled;
   if (!settings_.enabled || now_ < next_hit_check_) return stalled;
   next_hit_check_ = now_ + period_;
   for (auto it = hit_since_.begin(); it != hit_since_.end();) {
-    if (!pending_hits.count(it->first)) {  // answered, evicted or resent since
+    const int bit = it->first;
+    if (!(pending_bits[bit / 64] & (1ull << (bit % 64)))) {  // answered, evicted or resent since
       it = hit_since_.erase(it);
       continue;
     }

@@ -19,7 +19,7 @@
 #define MXHOROVOD_COMMON_STALL_INSPECTOR_H_
 
 #include <chrono>
-#include <map>
+#include <cstdint>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -51,7 +51,7 @@ class StallInspector {
   }
   // Bits of pending hits that waited longer than the check time (checked a few times per
   // check time, not every cycle). The caller renegotiates them through the coordinator.
-  std::vector<int> StalledHits(const std::map<int, std::string>& pending_hits);
+  std::vector<int> StalledHits(const std::vector<uint64_t>& pending_bits);
 
   // Coordinator: whether a check of the coordinator's table is due this cycle (so the
   // pending list is built only then).
