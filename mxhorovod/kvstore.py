@@ -175,7 +175,8 @@ class Horovod(mx.kvstore.KVStoreBase):
             value: NDArray, same shape and dtype on every rank (only rank 0's values
                 are used); left unchanged unless it is also in ``out``.
             out: NDArray or list of NDArrays (one per device) of value's shape.
-            priority: MXNet engine priority (higher runs first).
+            priority: accepted for MXNet's KVStore signature; orders nothing (see
+                :func:`mxhorovod.allreduce`).
         Raises:
             TypeError: a key that is not an int or str, or a value that is not an NDArray.
             ValueError: lists of different lengths, or an out of another shape or dtype.
@@ -209,7 +210,8 @@ class Horovod(mx.kvstore.KVStoreBase):
             value: NDArray, or a list of NDArrays of one shape and dtype (one per device);
                 the same shape and dtype on every rank. Unchanged when ``out`` is given.
             out: None, an NDArray or a list of NDArrays of value's shape.
-            priority: MXNet engine priority (higher runs first).
+            priority: accepted for MXNet's KVStore signature; orders nothing (see
+                :func:`mxhorovod.allreduce`).
         Returns:
             None; the results are ready when read.
         Raises:

@@ -20,7 +20,8 @@ the ranks' values; the next correct collective works. MXNet raises an operation'
 once, at the first wait on any of its outputs; so that the other outputs of a failed call
 (a grouped call fails as a whole) never read as results afterwards, a failed call fills its
 float16/32/64 outputs, in-place ones included, with NaN (integer outputs keep their
-contents).
+contents; so does the root's own array in an in-place broadcast, which already holds the
+result).
 
 Supported: CPU NDArrays with default storage, dtypes float16, float32, float64, uint8,
 int8, int32, int64. 0-d arrays exist only as ``mx.np`` arrays under ``npx.set_np()``.

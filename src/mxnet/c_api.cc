@@ -219,6 +219,7 @@ int MXWaitforHorovodBroadcast(MXHNDArrayHandle input, MXHNDArrayHandle output, c
   s = MakeTensor(OpType::kBroadcast, *op->set, input, output, name, &t);
   if (!s.ok()) return Fail(s);
   t.request.root_rank = root_rank;
+  t.fill_on_error = !(t.in_place && root_rank == op->set->rank);
   op->tensors.push_back(std::move(t));
   s = Push(std::move(op), priority, "HorovodBroadcast");
   return s.ok() ? 0 : Fail(s);

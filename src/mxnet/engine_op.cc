@@ -67,7 +67,9 @@ class Completion {
       // for all of them (raising clears it): the outputs become NaN, so that the ones read
       // after the first do not pass for results. The op (and its handles) lives until
       // DeleteOp, after this callback; the core no longer touches the buffers.
-      for (const auto& t : op_->tensors) FillNaN(t.output);
+      for (const auto& t : op_->tensors) {
+        if (t.fill_on_error) FillNaN(t.output);
+      }
       dmlc::Error err("mxhorovod: " + error_);
       cb_.fn(cb_.engine, cb_.param, &err);
     }

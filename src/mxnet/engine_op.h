@@ -19,6 +19,9 @@ struct OpTensor {
   void* input = nullptr;    // our own handles (KeepAlive copies), freed with the op
   void* output = nullptr;
   bool in_place = false;
+  // A failed operation fills the output with NaN (see FillNaN), except where the output
+  // already holds the right result: the root's own array in an in-place broadcast.
+  bool fill_on_error = true;
   Request request;          // name, op, dtype, shape, ... (rank filled by the core)
   std::vector<int64_t> recv_splits;
 };

@@ -33,7 +33,22 @@ def works(tag):
 # Shape mismatch: rank 0 has (3,), the others (4,).
 y = hvd.allreduce(mx.nd.ones((3,) if r == 0 else (4,)), name="mm.shape")
 expect_error(y, "mm.shape", "shapes", "rank 0 has (3,)", "has (4,)")
+assert np.isnan(y.asnumpy()).all(), y  # read again after the error: NaN, not garbage
 works("shape")
+# A failed in-place broadcast: the root keeps its array (it holds the result); the others'
+# arrays are NaN. A failed in-place allreduce_: NaN everywhere.
+x = mx.nd.ones((3,) if r == 0 else (4,)) * 7
+hvd.broadcast_(x, root_rank=0, name="mm.bcast_")
+expect_error(x, "mm.bcast_", "shapes")
+if r == 0:
+    np.testing.assert_array_equal(x.asnumpy(), np.full((3,), 7, "float32"))
+else:
+    assert np.isnan(x.asnumpy()).all(), x
+x = mx.nd.ones((3,) if r == 0 else (4,))
+hvd.allreduce_(x, name="mm.allreduce_")
+expect_error(x, "mm.allreduce_", "shapes")
+assert np.isnan(x.asnumpy()).all(), x
+works("inplace")
 # dtype mismatch.
 y = hvd.allreduce(mx.nd.ones((3,), dtype="float32" if r == 0 else "float64"), name="mm.dtype")
 expect_error(y, "mm.dtype", "data types", "float32", "float64")
