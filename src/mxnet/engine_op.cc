@@ -35,7 +35,9 @@ struct EngineCallback {
 };
 
 // Completes the engine operation once every tensor of the call is done; then releases
-// the call's names, all under one lock.
+// the call's names, all under one lock, and deletes itself. The tensors' callbacks hold a
+// plain pointer to it: a callable that small is stored inside std::function (a
+// shared_ptr capture was a heap allocation and two atomic counts per tensor).
 class Completion {
  public:
   Completion(EngineCallback cb, const EngineOp* op, std::vector<std::string> names)
@@ -45,16 +47,18 @@ class Completion {
       std::lock_guard<std::mutex> lk(mu_);
       if (error_.empty()) error_ = s.reason();
     }
-    if (--remaining_ == 0) {
+    if (--remaining_ == 0) {  // the last callback: no other thread touches this any more
       op_->set->queue.Release(names_);
       Finish();
+      delete this;
     }
   }
   // Completes the whole operation at once, before any tensor reached the core (nothing
-  // was reserved).
+  // was reserved), and deletes this.
   void Fail(const std::string& msg) {
     error_ = msg;
     Finish();
+    delete this;
   }
   const std::vector<std::string>& names() const { return names_; }
 
@@ -93,7 +97,7 @@ void RunOp(void* /*rctx*/, void* on_complete, void* param) {
   std::vector<std::string> names;
   names.reserve(op->tensors.size());
   for (const auto& t : op->tensors) names.push_back(t.request.name);
-  auto done = std::make_shared<Completion>(cb, op, std::move(names));
+  auto* done = new Completion(cb, op, std::move(names));
   Status reserved = op->set->queue.Reserve(done->names());
   if (!reserved.ok()) {
     done->Fail(reserved.reason());
