@@ -229,10 +229,11 @@ def allreduce_(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
 def _check_list(tensors, what):
     if not isinstance(tensors, (list, tuple)) or not tensors:
         raise ValueError("%s expects a non-empty list of NDArrays" % what)
+    ndarray = mx.nd.NDArray
     for t in tensors:
-        _check_ndarray(t, what)
-    ids = [id(t) for t in tensors]
-    if len(set(ids)) != len(ids):
+        if not isinstance(t, ndarray):
+            _check_ndarray(t, what)  # raises, naming the type
+    if len(set(map(id, tensors))) != len(tensors):
         raise ValueError("%s: the same NDArray appears twice in the list" % what)
 
 
@@ -242,8 +243,8 @@ def _grouped(tensors, outputs, average, name, priority, prescale_factor, postsca
     op = _resolve_op(op, average, what)
     pid = _ps_id(process_set, what)
     base = _name("grouped_allreduce", name)
-    names = ["%s.%d" % (base, i) for i in range(len(tensors))]
-    _core.grouped_allreduce([_handle(t) for t in tensors], [_handle(o) for o in outputs], names,
+    _core.grouped_allreduce([t.handle.value for t in tensors], [o.handle.value for o in outputs],
+                            base,  # the core names tensor i '<base>.<i>'
                             op, _factor(prescale_factor, "prescale_factor", base),
                             _factor(postscale_factor, "postscale_factor", base),
                             _priority(priority, base), pid, _settle())
@@ -342,7 +343,7 @@ def grouped_allgather(tensors, name=None, priority=0, process_set=global_process
     pid = _ps_id(process_set, _what)
     size = _ps_size(process_set, _what)
     base = _name(_what, name)
-    names = [base] if _what == "allgather" else ["%s.%d" % (base, i) for i in range(len(tensors))]
+    names = [base] if _what == "allgather" else base  # the core numbers '<base>.<i>'
     rows = _rows_of_peers([t.shape[0] for t in tensors], base + ".rows", pid, size)
     outputs = [_empty_like(t, (int(rows[:, i].sum()),) + tuple(t.shape[1:]))
                for i, t in enumerate(tensors)]
@@ -431,7 +432,7 @@ def grouped_reducescatter(tensors, op=Average, name=None, priority=0,
     size = _ps_size(process_set, _what)
     my_rank = [e for e in _core.process_sets() if e[0] == pid][0][3]
     base = _name("reducescatter", name)
-    names = [base] if single else ["%s.%d" % (base, i) for i in range(len(tensors))]
+    names = [base] if single else base  # the core numbers '<base>.<i>'
     outputs = [_empty_like(t, (_scatter_rows(t.shape[0], size, my_rank),) + tuple(t.shape[1:]))
                for t in tensors]
     _core.grouped_reducescatter([_handle(t) for t in tensors], [_handle(o) for o in outputs],
