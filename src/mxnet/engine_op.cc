@@ -140,32 +140,32 @@ void RunOp(void* /*rctx*/, void* on_complete, void* param) {
 
 void DeleteOp(void* param) { delete static_cast<EngineOp*>(param); }
 
-// Chunk -> our operations in flight reading it. Never destroyed: engine threads may delete
-// operations after main() returns.
-std::mutex& ReadsMu() {
+// Chunk -> number of our operations in flight reading or writing it. Never destroyed:
+// engine threads may delete operations after main() returns.
+std::mutex& UsesMu() {
   static auto* mu = new std::mutex();
   return *mu;
 }
-std::unordered_map<const void*, int>& Reads() {
-  static auto* reads = new std::unordered_map<const void*, int>();
-  return *reads;
+std::unordered_map<const void*, int>& Uses() {
+  static auto* uses = new std::unordered_map<const void*, int>();
+  return *uses;
 }
 
 }  // namespace
 
-bool ReadByOurCollective(void* handle) {
+bool UsedByOurCollective(void* handle) {
   const void* chunk = ChunkIdentity(handle);
-  std::lock_guard<std::mutex> lk(ReadsMu());
-  return Reads().count(chunk) > 0;
+  std::lock_guard<std::mutex> lk(UsesMu());
+  return Uses().count(chunk) > 0;
 }
 
 EngineOp::~EngineOp() {
-  if (!read_chunks.empty()) {
-    std::lock_guard<std::mutex> lk(ReadsMu());
-    auto& reads = Reads();
-    for (const void* c : read_chunks) {
-      auto it = reads.find(c);
-      if (it != reads.end() && --it->second == 0) reads.erase(it);
+  if (!chunks.empty()) {
+    std::lock_guard<std::mutex> lk(UsesMu());
+    auto& uses = Uses();
+    for (const void* c : chunks) {
+      auto it = uses.find(c);
+      if (it != uses.end() && --it->second == 0) uses.erase(it);
     }
   }
   for (auto& t : tensors) {
@@ -183,13 +183,14 @@ Status Push(std::unique_ptr<EngineOp> op, int priority, const char* opr_name) {
   }
   int ctx[2] = {kCPUContext[0], kCPUContext[1]};
   int prop = kAsyncProperty;
+  for (const auto& t : op->tensors) {
+    op->chunks.push_back(ChunkIdentity(t.input));
+    if (!t.in_place) op->chunks.push_back(ChunkIdentity(t.output));
+  }
   {
-    std::lock_guard<std::mutex> lk(ReadsMu());
-    auto& reads = Reads();
-    for (const auto& t : op->tensors) {
-      op->read_chunks.push_back(ChunkIdentity(t.input));
-      ++reads[op->read_chunks.back()];
-    }
+    std::lock_guard<std::mutex> lk(UsesMu());
+    auto& uses = Uses();
+    for (const void* c : op->chunks) ++uses[c];
   }
   EngineOp* raw = op.release();
   int rc = MXEnginePushAsyncND(&RunOp, raw, &DeleteOp, ctx, reads.data(), (int)reads.size(),

@@ -29,15 +29,16 @@ struct OpTensor {
 struct EngineOp {
   std::shared_ptr<ProcessSet> set;  // where the tensors are negotiated
   std::vector<OpTensor> tensors;
-  std::vector<const void*> read_chunks;  // inputs registered by Push (see ReadByOurCollective)
+  std::vector<const void*> chunks;  // inputs and outputs registered by Push (see UsedByOurCollective)
   ~EngineOp();
 };
 
-// Whether a collective of ours that reads this array (by chunk identity) is pushed and not
-// yet completed. Settling a layout must not wait for the array's readers then: that would
-// wait for our own collective, which may need the peers' next call (a hang when ranks
-// issue two collectives of one array in different orders).
-bool ReadByOurCollective(void* handle);
+// Whether a collective of ours that reads or writes this array (by chunk identity) is
+// pushed and not yet completed. Settling a layout must not wait for the array's readers
+// and writers then: that would wait for our own collective, which may need the peers' next
+// call (a hang when ranks issue two collectives of one array, or a collective of another's
+// output, in different orders).
+bool UsedByOurCollective(void* handle);
 
 // Pushes the operation. Its names are reserved when the engine runs it; a name still in
 // flight then fails this operation (the error is raised at the next read of its outputs).

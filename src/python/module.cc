@@ -51,12 +51,13 @@ int GroupedAllgather(void** in, void** out, int n, const char** names, int, doub
 
 // Settles the array's layout before a collective reads it: mx::SettleLayout (arrays MKLDNN
 // may convert) or, for any array, mx::WaitDefaultLayout. Not when a collective of ours
-// still reads the array: its layout was settled for that one, and waiting for the array's
-// readers would wait for it (a hang when the ranks issue two collectives of one array in
-// different orders). A layout change slipped in between fails the collective on every rank
-// with an error naming it.
+// still reads or writes the array: its layout was settled for that one (or it writes the
+// default layout), and waiting for the array's readers and writers would wait for it (a
+// hang when the ranks issue two collectives of one array, or a collective of another's
+// output, in different orders). A layout change slipped in between fails the collective on
+// every rank with an error naming it.
 Status Settle(void* h, bool any_array) {
-  if (mx::ReadByOurCollective(h)) return Status::OK();
+  if (mx::UsedByOurCollective(h)) return Status::OK();
   return any_array ? mx::WaitDefaultLayout(h) : mx::SettleLayout(h);
 }
 

@@ -142,6 +142,16 @@ bs = {k: hvd.broadcast(w, root_rank=0, name="ordb." + k) for k in order}
 for k in order:
     np.testing.assert_array_equal(ys[k].asnumpy(), np.full((4, 4), n * (n + 1) / 2, "float32"))
     np.testing.assert_array_equal(bs[k].asnumpy(), np.ones((4, 4), "float32"))
+# The same for a collective of another's output (chains x -> allreduce -> allreduce), the
+# chains issued in different orders: settling the middle array must not wait for the
+# collective that writes it (found by the breaker helper; it hung).
+src = {k: mx.nd.ones((4, 4)) for k in "ac"}
+chains = {}
+for k in (["a", "c"] if r % 2 == 0 else ["c", "a"]):
+    mid = hvd.allreduce(src[k], op=hvd.Sum, name="chain1." + k)
+    chains[k] = hvd.allreduce(mid, op=hvd.Sum, name="chain2." + k)
+for k in "ac":
+    np.testing.assert_array_equal(chains[k].asnumpy(), np.full((4, 4), n * n, "float32"))
 
 # A late rank: the others' calls return at once; a name in flight twice is refused.
 t0 = time.time()
