@@ -21,7 +21,8 @@ once, at the first wait on any of its outputs; so that the other outputs of a fa
 (a grouped call fails as a whole) never read as results afterwards, a failed call fills its
 float16/32/64 outputs, in-place ones included, with NaN (integer outputs keep their
 contents; so does the root's own array in an in-place broadcast, which already holds the
-result).
+result). Under MXNet's NaiveEngine (``MXNET_ENGINE_TYPE=NaiveEngine``) every collective
+completes inside the call, and those errors raise ``MXNetError`` at the call instead.
 
 Supported: CPU NDArrays with default storage, dtypes float16, float32, float64, uint8,
 int8, int32, int64. 0-d arrays exist only as ``mx.np`` arrays under ``npx.set_np()``.

@@ -35,6 +35,11 @@ def test_errors_late_rank_and_restart(np_):
 
 
 @pytest.mark.parametrize("np_", [2, 3])
+def test_naive_engine_errors_raise_at_the_call(np_):
+    run_ranks(np_, "naive_engine.py", timeout=180, env={"MXNET_ENGINE_TYPE": "NaiveEngine"})
+
+
+@pytest.mark.parametrize("np_", [2, 3])
 def test_mkldnn_layout_weights(np_):
     run_ranks(np_, "core_mkldnn.py", timeout=180)
 

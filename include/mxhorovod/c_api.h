@@ -9,7 +9,9 @@
  * call (a mismatch between ranks, a peer that shut down) is raised by MXNet at the next
  * wait on the output (asnumpy, wait_to_read, waitall) on that rank.
  *
- * Every function returns 0 on success and -1 on failure; MXHorovodGetLastError() then
+ * Every function returns 0 on success, -1 on failure at the call, and -2 when the
+ * collective ran and failed (under MXNet's NaiveEngine only, which runs it inside the
+ * call and would drop the error); MXHorovodGetLastError() then
  * returns the message for this thread. Only CPU NDArrays with default storage and dtype
  * float16, float32, float64, uint8, int8, int32 or int64 are accepted.
  */

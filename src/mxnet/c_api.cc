@@ -19,9 +19,10 @@ namespace {
 
 thread_local std::string last_error;
 
+// -1: refused at the call; -2: the collective ran and failed (MXNet's NaiveEngine only).
 int Fail(const Status& s) {
   last_error = s.reason();
-  return -1;
+  return s.code() == Status::kAborted ? -2 : -1;
 }
 
 std::string What(OpType t, const char* name) {

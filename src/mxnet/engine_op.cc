@@ -4,6 +4,7 @@
 #include <mxnet/c_api.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
@@ -74,6 +75,7 @@ class Completion {
       for (const auto& t : op_->tensors) {
         if (t.fill_on_error) FillNaN(t.output);
       }
+      if (op_->failure) *op_->failure = error_;
       dmlc::Error err("mxhorovod: " + error_);
       cb_.fn(cb_.engine, cb_.param, &err);
     }
@@ -192,12 +194,19 @@ Status Push(std::unique_ptr<EngineOp> op, int priority, const char* opr_name) {
     auto& uses = Uses();
     for (const void* c : op->chunks) ++uses[c];
   }
+  static const bool naive_engine = [] {
+    const char* e = std::getenv("MXNET_ENGINE_TYPE");
+    return e != nullptr && std::string(e) == "NaiveEngine";
+  }();
+  std::shared_ptr<std::string> failure;
+  if (naive_engine) op->failure = failure = std::make_shared<std::string>();
   EngineOp* raw = op.release();
   int rc = MXEnginePushAsyncND(&RunOp, raw, &DeleteOp, ctx, reads.data(), (int)reads.size(),
                                writes.data(), (int)writes.size(), &prop, priority, opr_name, false);
   if (rc != 0) {
     return Status::UnknownError("MXEnginePushAsyncND failed: " + LastMXNetError());
   }
+  if (failure && !failure->empty()) return Status::Aborted("mxhorovod: " + *failure);
   return Status::OK();
 }
 

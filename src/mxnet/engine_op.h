@@ -30,6 +30,9 @@ struct EngineOp {
   std::shared_ptr<ProcessSet> set;  // where the tensors are negotiated
   std::vector<OpTensor> tensors;
   std::vector<const void*> chunks;  // inputs and outputs registered by Push (see UsedByOurCollective)
+  // Under MXNet's NaiveEngine only: the operation's error, for Push to return. That engine
+  // runs the operation to completion inside the push and drops the error it completes with.
+  std::shared_ptr<std::string> failure;
   ~EngineOp();
 };
 
@@ -42,6 +45,8 @@ bool UsedByOurCollective(void* handle);
 
 // Pushes the operation. Its names are reserved when the engine runs it; a name still in
 // flight then fails this operation (the error is raised at the next read of its outputs).
+// Under MXNet's NaiveEngine (MXNET_ENGINE_TYPE=NaiveEngine) the operation has completed
+// when this returns, and a failure is returned here as kAborted: that engine would drop it.
 // `opr_name` shows in MXNet's profiler.
 Status Push(std::unique_ptr<EngineOp> op, int priority, const char* opr_name);
 

@@ -23,7 +23,14 @@ namespace {
 
 void* H(uintptr_t h) { return reinterpret_cast<void*>(h); }
 
+// -2: the collective ran (synchronously, under MXNet's NaiveEngine) and failed: raised as
+// the MXNetError that the threaded engines raise at the next read of the outputs.
 void Check(int rc) {
+  if (rc == -2) {
+    py::object mxnet_error = py::module_::import("mxnet.base").attr("MXNetError");
+    PyErr_SetString(mxnet_error.ptr(), MXHorovodGetLastError());
+    throw py::error_already_set();
+  }
   if (rc != 0) throw py::value_error(MXHorovodGetLastError());
 }
 
