@@ -36,7 +36,7 @@ Status Controller::ComputeResponses(bool shutdown_requested, CycleResult* out) {
   std::vector<Request*> fresh;  // the queued entries' requests
   queue_->PopRequests(&fresh);
   const size_t words = (cache_.capacity() + 63) / 64;
-  std::vector<uint64_t> invalid(words, 0), hits(words, 0);
+  std::vector<uint64_t> invalid(words, 0);
   for (Request* fresh_request : fresh) {
     Request& r = *fresh_request;
     r.rank = rank_;
@@ -57,13 +57,12 @@ Status Controller::ComputeResponses(bool shutdown_requested, CycleResult* out) {
   }
   // [stall] A hit waiting too long goes to the coordinator, which can name the missing
   // ranks: its entry is evicted everywhere, so the peers' pending hits on it follow.
-  for (int bit : stall_.StalledHits(pending_hits_.bits())) {
+  for (int bit : stall_.StalledHits(pending_hits_)) {
     invalid[bit / 64] |= 1ull << (bit % 64);
     TensorTableEntry* e = queue_->Find(pending_hits_.Name(bit));
     if (e) to_send.push_back(e->request);
     pending_hits_.Erase(bit);
   }
-  hits = pending_hits_.bits();
   // [stall] Rank 0 warns about stalled names; past the shutdown time it forces a coordinator
   // round (to send every rank the errors naming them) and asks every rank to stop.
   bool stall_stop = false;
@@ -78,6 +77,7 @@ Status Controller::ComputeResponses(bool shutdown_requested, CycleResult* out) {
                    (stall_stop ? kFlagUncached : 0) |
                    (stall_stop && stall_.stops_job() ? kFlagShutdown | kFlagStallShutdown : 0);
   vec[0] = ~flags;
+  const std::vector<uint64_t>& hits = pending_hits_.bits();
   for (size_t w = 0; w < words; ++w) {
     vec[1 + w] = ~invalid[w];
     vec[1 + words + w] = hits[w];

@@ -47,13 +47,12 @@ StallInspector::StallInspector(const StallSettings& settings, int rank, int size
   next_hit_check_ = next_table_check_ = now_ + period_;
 }
 
-std::vector<int> StallInspector::StalledHits(const std::vector<uint64_t>& pending_bits) {
+std::vector<int> StallInspector::StalledHits(const PendingHits& pending) {
   std::vector<int> stalled;
   if (!settings_.enabled || now_ < next_hit_check_) return stalled;
   next_hit_check_ = now_ + period_;
   for (auto it = hit_since_.begin(); it != hit_since_.end();) {
-    const int bit = it->first;
-    if (!(pending_bits[bit / 64] & (1ull << (bit % 64)))) {  // answered, evicted or resent since
+    if (!pending.Has(it->first)) {  // answered, evicted or resent since
       it = hit_since_.erase(it);
       continue;
     }

@@ -26,6 +26,7 @@
 
 #include "common.h"
 #include "message_table.h"
+#include "pending_hits.h"
 
 namespace mxhorovod {
 
@@ -51,7 +52,7 @@ class StallInspector {
   }
   // Bits of pending hits that waited longer than the check time (checked a few times per
   // check time, not every cycle). The caller renegotiates them through the coordinator.
-  std::vector<int> StalledHits(const std::vector<uint64_t>& pending_bits);
+  std::vector<int> StalledHits(const PendingHits& pending);
 
   // Coordinator: whether a check of the coordinator's table is due this cycle (so the
   // pending list is built only then).

@@ -129,11 +129,7 @@ void RunOp(void* /*rctx*/, void* on_complete, void* param) {
       e.output.data = e.input.data;
       e.output.elements = e.input.elements;
     } else {
-      int ndim = 0;
-      const int* dims = nullptr;
-      MXNDArrayGetShapeEx(t.output, &ndim, &dims);
-      e.output.elements = 1;
-      for (int d = 0; d < ndim; ++d) e.output.elements *= dims[d];
+      e.output.elements = Elements(t.output);  // checked by Describe at the call
     }
     e.callback = [done](const Status& st) { done->Done(st); };
   }

@@ -99,15 +99,21 @@ Status DataAtRun(void* handle, const Label& label, void** data) {
   return Status::OK();
 }
 
-void FillNaN(void* handle) {
-  int dtype = -1, ndim = 0;
+int64_t Elements(void* handle) {
+  int ndim = 0;
   const int* dims = nullptr;
-  void* data = nullptr;
-  if (MXNDArrayGetDType(handle, &dtype) != 0 || dtype < 0 || dtype > 2) return;
-  if (MXNDArrayGetShapeEx(handle, &ndim, &dims) != 0 || ndim < 0) return;
-  if (!DataAtRun(handle, Label{"", ""}, &data).ok() || data == nullptr) return;
+  if (MXNDArrayGetShapeEx(handle, &ndim, &dims) != 0 || ndim < 0) return -1;
   int64_t n = 1;
   for (int i = 0; i < ndim; ++i) n *= dims[i];
+  return n;
+}
+
+void FillNaN(void* handle) {
+  int dtype = -1;
+  void* data = nullptr;
+  if (MXNDArrayGetDType(handle, &dtype) != 0 || dtype < 0 || dtype > 2) return;
+  const int64_t n = Elements(handle);
+  if (n < 0 || !DataAtRun(handle, Label{"", ""}, &data).ok() || data == nullptr) return;
   if (dtype == 0) {
     std::fill_n(static_cast<float*>(data), n, std::numeric_limits<float>::quiet_NaN());
   } else if (dtype == 1) {

@@ -46,6 +46,9 @@ Status WaitDefaultLayout(void* handle);
 // The data pointer when the engine runs the operation, without waiting: fails with a clear
 // message if an operation queued before ours converted the array to MKLDNN's layout.
 Status DataAtRun(void* handle, const Label& what, void** data);
+// The number of elements of the array's current shape (1 for a 0-d array), -1 if MXNet
+// cannot tell.
+int64_t Elements(void* handle);
 // Fills a float16/32/64 array with NaN (other dtypes are left as they are); call only while
 // holding the array's write dependency (inside our engine operation). A collective that
 // fails as a whole does it to all its outputs: MXNet raises the error once, at the first
