@@ -10,11 +10,17 @@ the way), SGD with momentum, one OpenMP thread per process, this script runs in 
 2. ``--np`` ranks under mpirun, ``hvd.DistributedTrainer``: throughput(p), all ranks'
    images together;
 3. the ceiling: ``--np`` independent single processes (plain Trainer, no communication)
-   at the same time; what the cores and memory bandwidth allow with no communication at all.
+   at the same time; what the cores and memory bandwidth allow with no communication at all;
+4. lockstep: ``--np`` ranks under mpirun, plain Trainer, and after every step
+   ``mx.nd.waitall()`` and an MPI barrier (mpi4py), no gradient exchange: what keeping the
+   ranks in step costs by itself (each step waits for the slowest rank, and the ranks' busy
+   phases line up on the shared cores and memory). No synchronous data-parallel training can
+   beat it; the waitall also keeps Python from running ahead, so it is a slightly low bound.
 
 Scaling efficiency = throughput(p) / (p x throughput(1)); ceiling = sum of the independent
 processes' throughputs / (p x throughput(1)); the gap between them is what communication
-costs. Each throughput is images/sec over blocks of steps (each block ends with
+and synchronization cost, and the lockstep row splits it: ceiling - lockstep is the price of
+synchronization alone, lockstep - efficiency that of the gradient exchange. Each throughput is images/sec over blocks of steps (each block ends with
 ``mx.nd.waitall()``), the median (min..max) over --blocks blocks after --warmup steps.
 Models: "resnet50" (``mxnet.gluon.model_zoo.vision.resnet50_v1``, batch 8 per rank,
 3 x --image-size^2 images, 1000 classes) and "mnist" (the CNN of examples/mxnet_mnist.py,
@@ -45,7 +51,7 @@ def parse_args(argv=None):
     ap.add_argument("--image-size", type=int, default=224, help="resnet50 input size")
     ap.add_argument("--quick", action="store_true", help="2 blocks of 1-2 steps, ResNet-50 "
                     "on 32 x 32 images (the smoke test)")
-    ap.add_argument("--trainer", default="dist", choices=["dist", "plain"],
+    ap.add_argument("--trainer", default="dist", choices=["dist", "plain", "lockstep"],
                     help=argparse.SUPPRESS)
     common.add_launch_args(ap, configs=("default",))
     args = ap.parse_args(argv)
@@ -91,13 +97,15 @@ def worker(args):
 
     model = args.models[0]
     dist = args.trainer == "dist"
+    lockstep = args.trainer == "lockstep"
     comm = None
     size = 1
-    if dist:
+    if dist or lockstep:
         from mpi4py import MPI
+        comm, size = MPI.COMM_WORLD, MPI.COMM_WORLD.Get_size()
+    if dist:
         hvd = common.load_hvd(args.impl)
         hvd.init()
-        comm, size = MPI.COMM_WORLD, hvd.size()
     batch, steps = batch_for(args, model), steps_for(args, model)
     mx.random.seed(1)
     net, shape, classes = build(model, args, args.impl)
@@ -120,6 +128,9 @@ def worker(args):
             loss = loss_fn(net(x), y)
         loss.backward()
         trainer.step(batch)
+        if lockstep:
+            mx.nd.waitall()
+            comm.Barrier()
 
     for _ in range(args.warmup):
         step()
@@ -139,8 +150,8 @@ def worker(args):
         rates.append(per_block * batch * size / dt)
     if dist:
         hvd.shutdown()
-        if comm.Get_rank() != 0:
-            return None
+    if comm is not None and comm.Get_rank() != 0:
+        return None
     return {"model": model, "ranks": size, "trainer": args.trainer, "batch": batch,
             "steps": per_block * args.blocks, "images_per_s": stats(rates),
             "module": hvd.__file__ if dist else None}
@@ -172,6 +183,8 @@ def run_model(args, model):
              for _ in range(args.np)]
     outs = common.finish(procs, args.timeout, "independent runs of %s" % model)
     out["independent"] = [common.results_of(o)[0] for o in outs]
+    out["lockstep"] = common.launch(args.np, script, base + ["--trainer", "lockstep"],
+                                    timeout=args.timeout)
     return out
 
 
@@ -186,6 +199,11 @@ def summarize(r):
             {"model": r["model"], "run": "%d independent processes" % p, "ranks": p,
              "images_per_s": stats([indep]),
              "each": [x["images_per_s"] for x in r["independent"]], "ceiling": ceiling}]
+    lock = r["lockstep"]["images_per_s"]
+    lockstep = lock["median"] / (p * one)
+    rows.append({"model": r["model"], "run": "%d ranks in lockstep, no exchange" % p,
+                 "ranks": p, "images_per_s": lock, "efficiency": lockstep,
+                 "ceiling": ceiling, "gap": ceiling - lockstep})
     for name, d in r["dist"].items():
         if "error" in d:
             rows.append({"model": r["model"], "run": name, "ranks": p, "error": d["error"]})
@@ -193,7 +211,8 @@ def summarize(r):
         eff = d["images_per_s"]["median"] / (p * one)
         rows.append({"model": r["model"], "run": name, "ranks": p,
                      "images_per_s": d["images_per_s"], "efficiency": eff,
-                     "ceiling": ceiling, "gap": ceiling - eff})
+                     "ceiling": ceiling, "gap": ceiling - eff,
+                     "lockstep_gap": lockstep - eff})
     return rows
 
 
@@ -205,14 +224,16 @@ def report(model_results):
             else "%.1f" % s["median"]
     common.print_table(
         ["model", "run", "ranks", "images/s med (min..max)", "efficiency", "ceiling",
-         "ceiling - efficiency"],
+         "ceiling - efficiency", "lockstep - efficiency"],
         [[r["model"], r["run"], r["ranks"],
           ips(r["images_per_s"]) if "images_per_s" in r else "failed: " + r["error"][:50],
           "%.3f" % r["efficiency"] if "efficiency" in r else "-",
           "%.3f" % r["ceiling"] if "ceiling" in r else "-",
-          "%.3f" % r["gap"] if "gap" in r else "-"] for r in rows],
+          "%.3f" % r["gap"] if "gap" in r else "-",
+          "%.3f" % r["lockstep_gap"] if "lockstep_gap" in r else "-"] for r in rows],
         title="training throughput, synthetic data; efficiency = images/s(p) / (p x "
-              "images/s(1)); ceiling = same for p independent processes (same script run)")
+              "images/s(1)); ceiling = same for p independent processes; lockstep = p ranks with a "
+              "barrier per step and no exchange (same script run)")
     return common.emit("scaling", rows)
 
 

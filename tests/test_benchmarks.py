@@ -105,17 +105,22 @@ def test_ps_vs_allreduce():
 def test_scaling_mnist():
     obj = run_script("scaling.py", "--model", "mnist", timeout=240)
     runs = {r["run"]: r for r in obj["rows"]}
-    assert set(runs) == {"1 process", "2 independent processes", "mxhorovod"}
+    assert set(runs) == {"1 process", "2 independent processes",
+                         "2 ranks in lockstep, no exchange", "mxhorovod"}
     one, ours = runs["1 process"], runs["mxhorovod"]
-    assert ours["efficiency"] == pytest.approx(ours["images_per_s"]["median"]
-                                               / (2 * one["images_per_s"]["median"]))
-    assert ours["gap"] == pytest.approx(ours["ceiling"] - ours["efficiency"])
+    lock = runs["2 ranks in lockstep, no exchange"]
+    for r in (ours, lock):
+        assert r["efficiency"] == pytest.approx(r["images_per_s"]["median"]
+                                                / (2 * one["images_per_s"]["median"]))
+        assert r["gap"] == pytest.approx(r["ceiling"] - r["efficiency"])
+    assert ours["lockstep_gap"] == pytest.approx(lock["efficiency"] - ours["efficiency"])
 
 
 @pytest.mark.slow
 def test_scaling_resnet50():
     obj = run_script("scaling.py", "--model", "resnet50", timeout=400)
     assert {r["run"] for r in obj["rows"]} == {"1 process", "2 independent processes",
+                                               "2 ranks in lockstep, no exchange",
                                                "mxhorovod"}
 
 
