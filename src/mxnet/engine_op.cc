@@ -41,7 +41,7 @@ struct EngineCallback {
 // shared_ptr capture was a heap allocation and two atomic counts per tensor).
 class Completion {
  public:
-  Completion(EngineCallback cb, const EngineOp* op, std::vector<std::string> names)
+  Completion(EngineCallback cb, EngineOp* op, std::vector<std::string> names)
       : cb_(cb), op_(op), names_(std::move(names)), remaining_(names_.size()) {}
   void Done(const Status& s) {
     if (!s.ok()) {
@@ -66,22 +66,24 @@ class Completion {
  private:
   void Finish() {
     if (error_.empty()) {
+      op_->Release();
       cb_.fn(cb_.engine, cb_.param, nullptr);
     } else {
       // MXNet stores a copy and rethrows it at the next wait on the outputs, but only once
       // for all of them (raising clears it): the outputs become NaN, so that the ones read
-      // after the first do not pass for results. The op (and its handles) lives until
-      // DeleteOp, after this callback; the core no longer touches the buffers.
+      // after the first do not pass for results. The core no longer touches the buffers;
+      // our handles are freed before MXNet is told (EngineOp::Release).
       for (const auto& t : op_->tensors) {
         if (t.fill_on_error) FillNaN(t.output);
       }
+      op_->Release();
       if (op_->failure) *op_->failure = error_;
       dmlc::Error err("mxhorovod: " + error_);
       cb_.fn(cb_.engine, cb_.param, &err);
     }
   }
   EngineCallback cb_;
-  const EngineOp* op_;
+  EngineOp* op_;
   const std::vector<std::string> names_;
   std::atomic<size_t> remaining_;
   std::mutex mu_;
@@ -157,7 +159,7 @@ bool UsedByOurCollective(void* handle) {
   return Uses().count(chunk) > 0;
 }
 
-EngineOp::~EngineOp() {
+void EngineOp::Release() {
   if (!chunks.empty()) {
     std::lock_guard<std::mutex> lk(UsesMu());
     auto& uses = Uses();
@@ -165,10 +167,12 @@ EngineOp::~EngineOp() {
       auto it = uses.find(c);
       if (it != uses.end() && --it->second == 0) uses.erase(it);
     }
+    chunks.clear();
   }
   for (auto& t : tensors) {
     FreeHandle(t.input);
     if (!t.in_place) FreeHandle(t.output);
+    t.input = t.output = nullptr;
   }
 }
 

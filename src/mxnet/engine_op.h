@@ -33,7 +33,12 @@ struct EngineOp {
   // Under MXNet's NaiveEngine only: the operation's error, for Push to return. That engine
   // runs the operation to completion inside the push and drops the error it completes with.
   std::shared_ptr<std::string> failure;
-  ~EngineOp();
+  // Frees our handle copies and unregisters the chunks (idempotent). Done when the
+  // operation completes, before MXNet is told: MXNet deletes the operation only after it has
+  // woken the waiters, whose next allocations then contended with these frees for malloc's
+  // lock (a futex wait in 3.5% of a 1,000-tensor grouped call's profile).
+  void Release();
+  ~EngineOp() { Release(); }
 };
 
 // Whether a collective of ours that reads or writes this array (by chunk identity) is
