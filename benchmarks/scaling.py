@@ -8,7 +8,8 @@ the way), SGD with momentum, one OpenMP thread per process, this script runs in 
 
 1. one process alone, a plain ``gluon.Trainer`` (kvstore=None): throughput(1);
 2. ``--np`` ranks under mpirun, ``hvd.DistributedTrainer``: throughput(p), all ranks'
-   images together;
+   images together; for mxhorovod also with ``gradient_as_bucket_view=True`` (row
+   "mxhorovod bucket views": the gradients live in flat buckets, reduced with no packing);
 3. the ceiling: ``--np`` independent single processes (plain Trainer, no communication)
    at the same time; what the cores and memory bandwidth allow with no communication at all;
 4. lockstep: ``--np`` ranks under mpirun, plain Trainer, and after every step
@@ -53,6 +54,7 @@ def parse_args(argv=None):
                     "on 32 x 32 images (the smoke test)")
     ap.add_argument("--trainer", default="dist", choices=["dist", "plain", "lockstep"],
                     help=argparse.SUPPRESS)
+    ap.add_argument("--bucket-view", action="store_true", help=argparse.SUPPRESS)
     common.add_launch_args(ap, configs=("default",))
     args = ap.parse_args(argv)
     args.models = [m for m in args.model.split(",") if m]
@@ -117,7 +119,8 @@ def worker(args):
         net(x).wait_to_read()  # an inference one lets MKLDNN reorder the weights
     opt = {"learning_rate": 0.01 * size, "momentum": 0.9}
     if dist:
-        trainer = hvd.DistributedTrainer(net.collect_params(), "sgd", opt)
+        views = {"gradient_as_bucket_view": True} if args.bucket_view else {}
+        trainer = hvd.DistributedTrainer(net.collect_params(), "sgd", opt, **views)
         hvd.broadcast_parameters(net.collect_params(), root_rank=0)
     else:
         trainer = gluon.Trainer(net.collect_params(), "sgd", opt, kvstore=None)
@@ -178,6 +181,16 @@ def run_model(args, model):
             print("launch failed (%s): %s" % (impl, e), file=sys.stderr)
             out["dist"][common.label({"impl": impl, "config": config})] = {
                 "error": common.error_summary(e)}
+    if "default" in args.configs:
+        name = "mxhorovod bucket views"
+        try:
+            out["dist"][name] = common.launch(
+                args.np, script, base + ["--impl", "mxhorovod", "--config", "default",
+                                         "--trainer", "dist", "--bucket-view"],
+                timeout=args.timeout)
+        except RuntimeError as e:
+            print("launch failed (%s): %s" % (name, e), file=sys.stderr)
+            out["dist"][name] = {"error": common.error_summary(e)}
     # The ceiling: p single processes at once, no communication.
     procs = [common.start(common.mpirun_cmd(1, sys.executable, script, plain), env)
              for _ in range(args.np)]
