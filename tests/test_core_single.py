@@ -34,6 +34,28 @@ def test_single_process_collectives():
         hvd.shutdown()
 
 
+def _thread_names():
+    import os
+    names = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open("/proc/self/task/%s/comm" % tid) as f:
+                names.append(f.read().strip())
+        except OSError:  # the thread ended meanwhile
+            pass
+    return names
+
+
+def test_background_thread_is_named():
+    """top -H, ps -L and perf tell our communication thread from the model's threads."""
+    hvd.init()
+    try:
+        assert _thread_names().count("mxhorovod-bg") == 1
+    finally:
+        hvd.shutdown()
+    assert "mxhorovod-bg" not in _thread_names()
+
+
 def test_init_twice_and_after_shutdown():
     hvd.init()
     hvd.init()  # no-op while running

@@ -3,6 +3,7 @@
 #include "operations.h"
 
 #include <mpi.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -335,6 +336,9 @@ struct StartArgs {
 };
 
 void BackgroundLoop(StartArgs args) {
+  // Named so that `top -H`, `ps -L`, perf and /proc/<pid>/task/*/comm show which thread is
+  // ours (the communication) and which are the model's.
+  pthread_setname_np(pthread_self(), "mxhorovod-bg");
   State& st = S();
   const Config& cfg = args.cfg;
   MPI_Comm comm = MPI_COMM_NULL;
