@@ -10,6 +10,7 @@
 
 #include "common/executor.h"
 #include "common/operations.h"
+#include "mxnet/c_api_internal.h"
 #include "mxnet/engine_op.h"
 #include "mxnet/ndarray.h"
 
@@ -30,19 +31,20 @@ std::string What(OpType t, const char* name) {
 }
 
 // Describes input and output, checks what this rank alone can check, and keeps both alive.
-Status MakeTensor(OpType type, const ProcessSet& set, void* input, void* output, const char* name,
+// `name` by value: callers holding a std::string hand it over without an allocation.
+Status MakeTensor(OpType type, const ProcessSet& set, void* input, void* output, std::string name,
                   OpTensor* t) {
-  if (name == nullptr || !*name) return Status::InvalidArgument(What(type, name) + ": empty name");
-  ArrayInfo in, out;
-  Status s = Describe(input, Label{OpTypeName(type), name, "input"}, &in);
+  const char* cname = name.c_str();
+  if (name.empty()) return Status::InvalidArgument(What(type, cname) + ": empty name");
+  ArrayInfo in, described_out;
+  Status s = Describe(input, Label{OpTypeName(type), cname, "input"}, &in);
   if (!s.ok()) return s;
-  if (output == input) {
-    out = in;
-  } else {
-    s = Describe(output, Label{OpTypeName(type), name, "output"}, &out);
+  if (output != input) {
+    s = Describe(output, Label{OpTypeName(type), cname, "output"}, &described_out);
     if (!s.ok()) return s;
   }
-  if (in.dtype != out.dtype) return Status::InvalidArgument(What(type, name) + ": input and output dtypes differ");
+  const ArrayInfo& out = output == input ? in : described_out;
+  if (in.dtype != out.dtype) return Status::InvalidArgument(What(type, cname) + ": input and output dtypes differ");
   bool same_rows = in.shape.size() == out.shape.size();
   for (size_t i = 1; same_rows && i < in.shape.size(); ++i) same_rows = in.shape[i] == out.shape[i];
   bool fits = same_rows;
@@ -50,26 +52,22 @@ Status MakeTensor(OpType type, const ProcessSet& set, void* input, void* output,
     fits = in.shape == out.shape;
   } else if (type == OpType::kReducescatter) {
     if (in.shape.empty()) {
-      return Status::InvalidArgument(What(type, name) + ": a 0-d array has no dimension 0 to scatter");
+      return Status::InvalidArgument(What(type, cname) + ": a 0-d array has no dimension 0 to scatter");
     }
     fits = same_rows && out.shape[0] == ReducescatterRows(in.shape[0], set.size, set.rank);
   }
   if (!fits) {
-    return Status::InvalidArgument(What(type, name) + ": output shape " + ShapeString(out.shape) +
+    return Status::InvalidArgument(What(type, cname) + ": output shape " + ShapeString(out.shape) +
                                    " does not fit input shape " + ShapeString(in.shape));
   }
   t->in_place = (input == output);
   if (t->in_place && type == OpType::kReducescatter) {
-    return Status::InvalidArgument(What(type, name) + ": reducescatter cannot run in place");
+    return Status::InvalidArgument(What(type, cname) + ": reducescatter cannot run in place");
   }
   if (!t->in_place && ChunkIdentity(input) == ChunkIdentity(output)) {
     // Views of one buffer as read and write dependencies: the engine would wait on itself.
-    return Status::InvalidArgument(What(type, name) + ": input and output are views of the same buffer");
+    return Status::InvalidArgument(What(type, cname) + ": input and output are views of the same buffer");
   }
-  t->request.op_type = type;
-  t->request.name = name;
-  t->request.dtype = static_cast<DataType>(in.dtype);
-  t->request.shape = in.shape;
   s = KeepAlive(input, &t->input);
   if (!s.ok()) return s;
   if (t->in_place) {
@@ -82,6 +80,10 @@ Status MakeTensor(OpType type, const ProcessSet& set, void* input, void* output,
       return s;
     }
   }
+  t->request.op_type = type;
+  t->request.name = std::move(name);
+  t->request.dtype = static_cast<DataType>(in.dtype);
+  t->request.shape = std::move(in.shape);  // `out` may be `in`: not read after this
   return Status::OK();
 }
 
@@ -99,25 +101,34 @@ Status CheckReduceOp(OpType type, int op, const char* name) {
   return Status::OK();
 }
 
+// A call's tensor names: C strings (the C API) or std::strings (the Python binding, whose
+// strings are shared, not copied: the library's std::string counts references).
+struct Names {
+  const char* const* c = nullptr;
+  const std::string* s = nullptr;
+  const char* c_str(int i) const { return s ? s[i].c_str() : c[i]; }
+  std::string str(int i) const { return s ? s[i] : std::string(c[i] ? c[i] : ""); }
+};
+
 // One engine operation over num tensors of one kind (a single call is a group of one).
-int Grouped(OpType type, void** inputs, void** outputs, int num, const char** names, int reduce_op,
+int Grouped(OpType type, void** inputs, void** outputs, int num, const Names& names, int reduce_op,
             double prescale, double postscale, int priority, int process_set_id) {
   auto kind = [type, num] {  // for errors only
     return num == 1 ? std::string(OpTypeName(type)) : std::string("grouped ") + OpTypeName(type);
   };
   if (num <= 0) return Fail(Status::InvalidArgument(kind() + ": no tensors given"));
   auto op = std::make_unique<EngineOp>();
-  Status s = MemberSet(process_set_id, OpTypeName(type), names[0], &op->set);
+  Status s = MemberSet(process_set_id, OpTypeName(type), names.c_str(0), &op->set);
   if (!s.ok()) return Fail(s);
   op->tensors.reserve(num);
   const bool reduces = type == OpType::kAllreduce || type == OpType::kReducescatter;
   for (int i = 0; i < num; ++i) {
     if (reduces) {
-      s = CheckReduceOp(type, reduce_op, names[i]);
+      s = CheckReduceOp(type, reduce_op, names.c_str(i));
       if (!s.ok()) return Fail(s);
     }
     OpTensor t;
-    s = MakeTensor(type, *op->set, inputs[i], outputs[i], names[i], &t);
+    s = MakeTensor(type, *op->set, inputs[i], outputs[i], names.str(i), &t);
     if (!s.ok()) return Fail(s);
     if (reduces) {
       t.request.reduce_op = static_cast<ReduceOp>(reduce_op);
@@ -142,8 +153,8 @@ int Grouped(OpType type, void** inputs, void** outputs, int num, const char** na
         int i = chunks[k].second, j = chunks[k - 1].second;
         if (i == j) continue;  // input and output of one tensor: refused in MakeTensor
         if (i < j) std::swap(i, j);
-        return Fail(Status::InvalidArgument(kind() + ": '" + std::string(names[i]) + "' and '" +
-                                            names[j] + "' are the same array or views of one buffer"));
+        return Fail(Status::InvalidArgument(kind() + ": '" + names.str(i) + "' and '" +
+                                            names.str(j) + "' are the same array or views of one buffer"));
       }
     }
   }
@@ -154,11 +165,28 @@ int Grouped(OpType type, void** inputs, void** outputs, int num, const char** na
 }
 
 }  // namespace
+
+int Call(OpType type, void** inputs, void** outputs, int num, const std::string* names,
+         int reduce_op, double prescale, double postscale, int priority, int process_set_id) {
+  Names n;
+  n.s = names;
+  return Grouped(type, inputs, outputs, num, n, reduce_op, prescale, postscale, priority,
+                 process_set_id);
+}
+
 }  // namespace mx
 }  // namespace mxhorovod
 
 using namespace mxhorovod;
 using namespace mxhorovod::mx;
+
+namespace {
+Names CNames(const char* const* names) {
+  Names n;
+  n.c = names;
+  return n;
+}
+}  // namespace
 
 extern "C" {
 
@@ -167,21 +195,21 @@ const char* MXHorovodGetLastError(void) { return last_error.c_str(); }
 int MXWaitforHorovodAllreduce(MXHNDArrayHandle input, MXHNDArrayHandle output, const char* name,
                               int reduce_op, double prescale_factor, double postscale_factor,
                               int priority, int process_set_id) {
-  return Grouped(OpType::kAllreduce, &input, &output, 1, &name, reduce_op, prescale_factor,
+  return Grouped(OpType::kAllreduce, &input, &output, 1, CNames(&name), reduce_op, prescale_factor,
                  postscale_factor, priority, process_set_id);
 }
 
 int MXWaitforHorovodGroupedAllreduce(MXHNDArrayHandle* inputs, MXHNDArrayHandle* outputs, int num,
                                      const char** names, int reduce_op, double prescale_factor,
                                      double postscale_factor, int priority, int process_set_id) {
-  return Grouped(OpType::kAllreduce, inputs, outputs, num, names, reduce_op, prescale_factor,
+  return Grouped(OpType::kAllreduce, inputs, outputs, num, CNames(names), reduce_op, prescale_factor,
                  postscale_factor, priority, process_set_id);
 }
 
 int MXWaitforHorovodReducescatter(MXHNDArrayHandle input, MXHNDArrayHandle output, const char* name,
                                   int reduce_op, double prescale_factor, double postscale_factor,
                                   int priority, int process_set_id) {
-  return Grouped(OpType::kReducescatter, &input, &output, 1, &name, reduce_op, prescale_factor,
+  return Grouped(OpType::kReducescatter, &input, &output, 1, CNames(&name), reduce_op, prescale_factor,
                  postscale_factor, priority, process_set_id);
 }
 
@@ -189,19 +217,19 @@ int MXWaitforHorovodGroupedReducescatter(MXHNDArrayHandle* inputs, MXHNDArrayHan
                                          int num, const char** names, int reduce_op,
                                          double prescale_factor, double postscale_factor,
                                          int priority, int process_set_id) {
-  return Grouped(OpType::kReducescatter, inputs, outputs, num, names, reduce_op, prescale_factor,
+  return Grouped(OpType::kReducescatter, inputs, outputs, num, CNames(names), reduce_op, prescale_factor,
                  postscale_factor, priority, process_set_id);
 }
 
 int MXWaitforHorovodAllgather(MXHNDArrayHandle input, MXHNDArrayHandle output, const char* name,
                               int priority, int process_set_id) {
-  return Grouped(OpType::kAllgather, &input, &output, 1, &name, 0, 1.0, 1.0, priority,
+  return Grouped(OpType::kAllgather, &input, &output, 1, CNames(&name), 0, 1.0, 1.0, priority,
                  process_set_id);
 }
 
 int MXWaitforHorovodGroupedAllgather(MXHNDArrayHandle* inputs, MXHNDArrayHandle* outputs, int num,
                                      const char** names, int priority, int process_set_id) {
-  return Grouped(OpType::kAllgather, inputs, outputs, num, names, 0, 1.0, 1.0, priority,
+  return Grouped(OpType::kAllgather, inputs, outputs, num, CNames(names), 0, 1.0, 1.0, priority,
                  process_set_id);
 }
 
@@ -217,7 +245,7 @@ int MXWaitforHorovodBroadcast(MXHNDArrayHandle input, MXHNDArrayHandle output, c
                                         op->set->Describe() + " (size " + std::to_string(size) + ")"));
   }
   OpTensor t;
-  s = MakeTensor(OpType::kBroadcast, *op->set, input, output, name, &t);
+  s = MakeTensor(OpType::kBroadcast, *op->set, input, output, name ? name : "", &t);
   if (!s.ok()) return Fail(s);
   t.request.root_rank = root_rank;
   t.fill_on_error = !(t.in_place && root_rank == op->set->rank);
@@ -238,7 +266,7 @@ int MXWaitforHorovodAlltoall(MXHNDArrayHandle input, MXHNDArrayHandle output, co
                                         " splits given for " + std::to_string(size) + " ranks"));
   }
   OpTensor t;
-  s = MakeTensor(OpType::kAlltoall, *op->set, input, output, name, &t);
+  s = MakeTensor(OpType::kAlltoall, *op->set, input, output, name ? name : "", &t);
   if (!s.ok()) return Fail(s);
   op->tensors.push_back(std::move(t));
   OpTensor& ot = op->tensors.back();

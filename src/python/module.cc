@@ -13,6 +13,7 @@
 #include "common/operations.h"
 #include "common/timeline.h"
 #include "mxhorovod/c_api.h"
+#include "mxnet/c_api_internal.h"
 #include "mxnet/engine_op.h"
 #include "mxnet/ndarray.h"
 
@@ -48,14 +49,6 @@ void Init(int64_t comm_f2c, const std::vector<int>& ranks,
   Raise(s);
 }
 
-using Grouped = int (*)(void**, void**, int, const char**, int, double, double, int, int);
-
-// The grouped entry points of the C API, one per collective kind.
-int GroupedAllgather(void** in, void** out, int n, const char** names, int, double, double,
-                     int priority, int ps) {
-  return MXWaitforHorovodGroupedAllgather(in, out, n, names, priority, ps);
-}
-
 // Settles the array's layout before a collective reads it: mx::SettleLayout (arrays MKLDNN
 // may convert) or, for any array, mx::WaitDefaultLayout. Not when a collective of ours
 // still reads or writes the array: its layout was settled for that one (or it writes the
@@ -81,7 +74,7 @@ std::vector<std::string> GroupNames(const py::object& names, size_t n) {
 
 // Settles the inputs' layout first when asked (see mx::SettleLayout): Python asks unless
 // MXNet lacks MKLDNN or the call is a gradient reduction.
-void CallGrouped(Grouped fn, const char* what, const std::vector<uintptr_t>& ins,
+void CallGrouped(OpType type, const char* what, const std::vector<uintptr_t>& ins,
                  const std::vector<uintptr_t>& outs, const py::object& name_or_names, int op,
                  double pre, double post, int priority, int ps, bool settle) {
   const std::vector<std::string> names = GroupNames(name_or_names, ins.size());
@@ -89,21 +82,21 @@ void CallGrouped(Grouped fn, const char* what, const std::vector<uintptr_t>& ins
     throw py::value_error(std::string(what) + ": inputs, outputs and names differ in length");
   }
   std::vector<void*> in, out;
-  std::vector<const char*> cnames;
   in.reserve(ins.size());
   out.reserve(ins.size());
-  cnames.reserve(ins.size());
   for (size_t i = 0; i < ins.size(); ++i) {
     in.push_back(H(ins[i]));
     out.push_back(H(outs[i]));
-    cnames.push_back(names[i].c_str());
   }
   int rc = 0;
   Status s;
   {
     py::gil_scoped_release nogil;
     for (size_t i = 0; settle && s.ok() && i < in.size(); ++i) s = Settle(in[i], false);
-    if (s.ok()) rc = fn(in.data(), out.data(), (int)in.size(), cnames.data(), op, pre, post, priority, ps);
+    if (s.ok()) {
+      rc = mx::Call(type, in.data(), out.data(), (int)in.size(), names.data(), op, pre, post,
+                    priority, ps);
+    }
   }
   Raise(s);
   Check(rc);
@@ -184,7 +177,9 @@ PYBIND11_MODULE(_core, m) {
     {
       py::gil_scoped_release nogil;
       if (settle) s = Settle(H(in), false);
-      if (s.ok()) rc = MXWaitforHorovodAllreduce(H(in), H(out), name.c_str(), op, pre, post, priority, ps);
+      void* i = H(in);
+      void* o = H(out);
+      if (s.ok()) rc = mx::Call(OpType::kAllreduce, &i, &o, 1, &name, op, pre, post, priority, ps);
     }
     Raise(s);
     Check(rc);
@@ -192,19 +187,19 @@ PYBIND11_MODULE(_core, m) {
   m.def("grouped_allreduce", [](const std::vector<uintptr_t>& ins, const std::vector<uintptr_t>& outs,
                                 const py::object& names, int op, double pre, double post,
                                 int priority, int ps, bool settle) {
-    CallGrouped(&MXWaitforHorovodGroupedAllreduce, "grouped_allreduce", ins, outs, names, op, pre,
+    CallGrouped(OpType::kAllreduce, "grouped_allreduce", ins, outs, names, op, pre,
                 post, priority, ps, settle);
   });
   m.def("grouped_reducescatter", [](const std::vector<uintptr_t>& ins,
                                     const std::vector<uintptr_t>& outs,
                                     const py::object& names, int op, double pre,
                                     double post, int priority, int ps, bool settle) {
-    CallGrouped(&MXWaitforHorovodGroupedReducescatter, "grouped_reducescatter", ins, outs, names,
+    CallGrouped(OpType::kReducescatter, "grouped_reducescatter", ins, outs, names,
                 op, pre, post, priority, ps, settle);
   });
   m.def("grouped_allgather", [](const std::vector<uintptr_t>& ins, const std::vector<uintptr_t>& outs,
                                 const py::object& names, int priority, int ps) {
-    CallGrouped(&GroupedAllgather, "grouped_allgather", ins, outs, names, 0, 1.0, 1.0, priority, ps,
+    CallGrouped(OpType::kAllgather, "grouped_allgather", ins, outs, names, 0, 1.0, 1.0, priority, ps,
                 false);
   });
   m.def("broadcast", [](uintptr_t in, uintptr_t out, const std::string& name, int root, int priority,
