@@ -123,3 +123,28 @@ def test_out_of_range_environment_values_are_refused(var, value, needle):
     finally:
         del os.environ[var]
     assert not hvd.is_initialized()
+
+
+def test_c_entry_points_are_exported_and_callable():
+    """The C API of include/mxhorovod/c_api.h is callable by name from the built module
+    (pybind11 hides every other symbol)."""
+    import ctypes
+    hvd.init()
+    try:
+        lib = ctypes.CDLL(_core.__file__)
+        lib.MXHorovodGetLastError.restype = ctypes.c_char_p
+        x = mx.nd.array([1.0, 2.0, 3.0])
+        out = mx.nd.zeros(3)
+        rc = lib.MXWaitforHorovodAllreduce(x.handle, out.handle, b"capi.x", 1,
+                                           ctypes.c_double(2.0), ctypes.c_double(1.0), 0, 0)
+        assert rc == 0, lib.MXHorovodGetLastError()
+        np.testing.assert_allclose(out.asnumpy(), [2.0, 4.0, 6.0])  # Sum of one rank, x2
+        rc = lib.MXWaitforHorovodBroadcast(x.handle, out.handle, b"capi.b", 0, 0, 0)
+        assert rc == 0, lib.MXHorovodGetLastError()
+        np.testing.assert_allclose(out.asnumpy(), [1.0, 2.0, 3.0])
+        rc = lib.MXWaitforHorovodAllreduce(x.handle, out.handle, None, 1,
+                                           ctypes.c_double(1.0), ctypes.c_double(1.0), 0, 0)
+        assert rc == -1
+        assert b"empty name" in lib.MXHorovodGetLastError()
+    finally:
+        hvd.shutdown()

@@ -20,6 +20,14 @@
 
 #include <stdint.h>
 
+/*! \brief Exported from the extension module although pybind11 builds it with hidden
+ *  symbols: other code (ctypes, another extension) calls these by name. */
+#if defined(__GNUC__)
+#define MXHOROVOD_API __attribute__((visibility("default")))
+#else
+#define MXHOROVOD_API
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -34,7 +42,7 @@ enum MXHorovodReduceOp {
 };
 
 /*! \brief The message of the last failed call on this thread. */
-const char* MXHorovodGetLastError(void);
+MXHOROVOD_API const char* MXHorovodGetLastError(void);
 
 /*
  * Every collective takes process_set_id: 0 for the global set (every rank), or the id of a
@@ -47,7 +55,7 @@ const char* MXHorovodGetLastError(void);
  * \brief output = op over ranks of (prescale * input), then * postscale (Average: / size).
  * input and output: same shape and dtype on every rank.
  */
-int MXWaitforHorovodAllreduce(MXHNDArrayHandle input, MXHNDArrayHandle output, const char* name,
+MXHOROVOD_API int MXWaitforHorovodAllreduce(MXHNDArrayHandle input, MXHNDArrayHandle output, const char* name,
                               int reduce_op, double prescale_factor, double postscale_factor,
                               int priority, int process_set_id);
 
@@ -55,7 +63,7 @@ int MXWaitforHorovodAllreduce(MXHNDArrayHandle input, MXHNDArrayHandle output, c
  * \brief num tensors in one engine operation; names[i] names inputs[i]. Arrays must be
  * distinct. Outputs may equal their inputs (in place).
  */
-int MXWaitforHorovodGroupedAllreduce(MXHNDArrayHandle* inputs, MXHNDArrayHandle* outputs, int num,
+MXHOROVOD_API int MXWaitforHorovodGroupedAllreduce(MXHNDArrayHandle* inputs, MXHNDArrayHandle* outputs, int num,
                                      const char** names, int reduce_op, double prescale_factor,
                                      double postscale_factor, int priority, int process_set_id);
 
@@ -66,12 +74,12 @@ int MXWaitforHorovodGroupedAllreduce(MXHNDArrayHandle* inputs, MXHNDArrayHandle*
  * rows_r = n / size + (r < n % size). Sum and Average only; input has >= 1 dimension and
  * the same shape on every rank; output has shape (rows_r, *input.shape[1:]); not in place.
  */
-int MXWaitforHorovodReducescatter(MXHNDArrayHandle input, MXHNDArrayHandle output, const char* name,
+MXHOROVOD_API int MXWaitforHorovodReducescatter(MXHNDArrayHandle input, MXHNDArrayHandle output, const char* name,
                                   int reduce_op, double prescale_factor, double postscale_factor,
                                   int priority, int process_set_id);
 
 /*! \brief num reducescatters in one engine operation, reduced in one fused call. */
-int MXWaitforHorovodGroupedReducescatter(MXHNDArrayHandle* inputs, MXHNDArrayHandle* outputs,
+MXHOROVOD_API int MXWaitforHorovodGroupedReducescatter(MXHNDArrayHandle* inputs, MXHNDArrayHandle* outputs,
                                          int num, const char** names, int reduce_op,
                                          double prescale_factor, double postscale_factor,
                                          int priority, int process_set_id);
@@ -80,25 +88,25 @@ int MXWaitforHorovodGroupedReducescatter(MXHNDArrayHandle* inputs, MXHNDArrayHan
  * \brief output on every rank = input of root_rank (a rank of the set). Same shape and
  * dtype on every rank.
  */
-int MXWaitforHorovodBroadcast(MXHNDArrayHandle input, MXHNDArrayHandle output, const char* name,
+MXHOROVOD_API int MXWaitforHorovodBroadcast(MXHNDArrayHandle input, MXHNDArrayHandle output, const char* name,
                               int root_rank, int priority, int process_set_id);
 
 /*!
  * \brief output = concatenation over ranks (in rank order) of input along dimension 0.
  * Dimension 0 may differ per rank; output must already have the total number of rows.
  */
-int MXWaitforHorovodAllgather(MXHNDArrayHandle input, MXHNDArrayHandle output, const char* name,
+MXHOROVOD_API int MXWaitforHorovodAllgather(MXHNDArrayHandle input, MXHNDArrayHandle output, const char* name,
                               int priority, int process_set_id);
 
 /*! \brief num allgathers in one engine operation. */
-int MXWaitforHorovodGroupedAllgather(MXHNDArrayHandle* inputs, MXHNDArrayHandle* outputs, int num,
+MXHOROVOD_API int MXWaitforHorovodGroupedAllgather(MXHNDArrayHandle* inputs, MXHNDArrayHandle* outputs, int num,
                                      const char** names, int priority, int process_set_id);
 
 /*!
  * \brief Rows [sum(splits[:r]), sum(splits[:r+1])) of input go to rank r; output receives
  * recv_splits[r] rows from rank r, in rank order. splits and recv_splits have size entries.
  */
-int MXWaitforHorovodAlltoall(MXHNDArrayHandle input, MXHNDArrayHandle output, const char* name,
+MXHOROVOD_API int MXWaitforHorovodAlltoall(MXHNDArrayHandle input, MXHNDArrayHandle output, const char* name,
                              const int64_t* splits, const int64_t* recv_splits, int num_splits,
                              int priority, int process_set_id);
 
