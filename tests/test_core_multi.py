@@ -40,6 +40,11 @@ def test_naive_engine_errors_raise_at_the_call(np_):
 
 
 @pytest.mark.parametrize("np_", [2, 3])
+def test_collective_skipped_after_a_failed_input_fails_everywhere(np_):
+    run_ranks(np_, "skipped_input.py", timeout=180)
+
+
+@pytest.mark.parametrize("np_", [2, 3])
 def test_mkldnn_layout_weights(np_):
     run_ranks(np_, "core_mkldnn.py", timeout=180)
 

@@ -93,6 +93,7 @@ class Completion {
 // Runs on an MXNet engine thread when the dependencies are ready; returns at once.
 void RunOp(void* /*rctx*/, void* on_complete, void* param) {
   auto* op = static_cast<EngineOp*>(param);
+  op->ran = true;
   EngineCallback cb;
   std::memcpy(&cb, on_complete, sizeof(cb));
   // Names are reserved in engine order, not at the call: a training loop reuses one name
@@ -138,7 +139,52 @@ void RunOp(void* /*rctx*/, void* on_complete, void* param) {
   Enqueue(std::move(entries));
 }
 
-void DeleteOp(void* param) { delete static_cast<EngineOp*>(param); }
+// Releases a skipped operation's names once the core has answered all its tensors.
+struct SkippedNames {
+  std::shared_ptr<ProcessSet> set;
+  std::vector<std::string> names;
+  std::atomic<size_t> remaining{0};
+  void Done() {
+    if (--remaining == 0) {
+      set->queue.Release(names);
+      delete this;
+    }
+  }
+};
+
+// An operation MXNet skipped (see EngineOp::ran): submits its tensors with a local error, so
+// that every rank fails them (the error names this rank) instead of waiting for this one.
+// Nothing is written: the outputs already carry the input's error on this rank.
+void SubmitSkipped(EngineOp* op) {
+  if (!op->set || op->tensors.empty()) return;
+  auto* names = new SkippedNames();
+  names->set = op->set;
+  for (const auto& t : op->tensors) names->names.push_back(t.request.name);
+  if (!op->set->queue.Reserve(names->names).ok()) {  // the name is in flight: not ours to fail
+    delete names;
+    return;
+  }
+  names->remaining = op->tensors.size();
+  std::vector<TensorTableEntry> entries(op->tensors.size());
+  for (size_t i = 0; i < op->tensors.size(); ++i) {
+    TensorTableEntry& e = entries[i];
+    e.request = op->tensors[i].request;
+    e.request.process_set_id = op->set->id;
+    e.request.local_error =
+        "the operation that writes its input failed on this rank, so MXNet skipped this "
+        "collective there (read that input on that rank to see the error)";
+    e.recv_splits = op->tensors[i].recv_splits;
+    e.input.elements = e.output.elements = NumElements(e.request.shape);  // data: null
+    e.callback = [names](const Status&) { names->Done(); };
+  }
+  Enqueue(std::move(entries));
+}
+
+void DeleteOp(void* param) {
+  auto* op = static_cast<EngineOp*>(param);
+  if (!op->ran) SubmitSkipped(op);
+  delete op;
+}
 
 // Chunk -> number of our operations in flight reading or writing it. Never destroyed:
 // engine threads may delete operations after main() returns.

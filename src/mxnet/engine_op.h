@@ -33,6 +33,11 @@ struct EngineOp {
   // Under MXNet's NaiveEngine only: the operation's error, for Push to return. That engine
   // runs the operation to completion inside the push and drops the error it completes with.
   std::shared_ptr<std::string> failure;
+  // Set when the engine runs the operation. MXNet skips (completes without running) an
+  // operation whose input carries an error of the operation that wrote it; such an
+  // operation is submitted as failed when it is deleted, so that the ranks where the
+  // input did not fail get the error instead of waiting for this rank.
+  bool ran = false;
   // Frees our handle copies and unregisters the chunks (idempotent). Done when the
   // operation completes, before MXNet is told: MXNet deletes the operation only after it has
   // woken the waiters, whose next allocations then contended with these frees for malloc's
