@@ -163,15 +163,15 @@ def _settle():
     return _MKLDNN and not getattr(_local, "gradients", False)
 
 
-def _wait_default_layout(tensor):
-    if _MKLDNN:
-        # Wait for the readers too: an inference-mode forward READS the weight and may
-        # reorder it into MKLDNN's layout while it runs, so waiting for its writers alone
-        # (wait_to_read) can miss a reorder still to come (seen under load).
-        # Not when a collective of ours still reads it (see _core.wait_default_layout).
-        _core.wait_default_layout(_handle(tensor))
-    else:
-        tensor.wait_to_read()
+def _broadcast_wait():
+    """What the core waits for before a broadcast reads its input (``wait`` of
+    ``_core.broadcast``): with MKLDNN, the input's writers AND readers, then the default
+    layout (an inference-mode forward READS the weight and may reorder it into MKLDNN's
+    layout while it runs, so waiting for its writers alone can miss a reorder still to come;
+    seen under load; not when a collective of ours still reads it); else its writers. If
+    that wait raises the error of the operation that wrote the input, every rank's
+    broadcast fails (naming this rank) and this rank raises it at the call."""
+    return 2 if _MKLDNN else 1
 
 
 def _empty_like(tensor, shape=None):
@@ -288,10 +288,9 @@ def broadcast(tensor, root_rank, name=None, priority=0, process_set=global_proce
     _check_ndarray(tensor, "broadcast")
     pid = _ps_id(process_set, "broadcast")
     output = _empty_like(tensor)
-    _wait_default_layout(tensor)
     name = _name("broadcast", name)
     _core.broadcast(_handle(tensor), _handle(output), name, int(root_rank),
-                    _priority(priority, name), pid)
+                    _priority(priority, name), pid, _broadcast_wait())
     return output
 
 
@@ -299,10 +298,9 @@ def broadcast_(tensor, root_rank, name=None, priority=0, process_set=global_proc
     """In-place :func:`broadcast`: ``tensor`` receives root_rank's values; returns it."""
     _check_ndarray(tensor, "broadcast_")
     pid = _ps_id(process_set, "broadcast_")
-    _wait_default_layout(tensor)
     name = _name("broadcast", name)
     _core.broadcast(_handle(tensor), _handle(tensor), name, int(root_rank),
-                    _priority(priority, name), pid)
+                    _priority(priority, name), pid, _broadcast_wait())
     return tensor
 
 

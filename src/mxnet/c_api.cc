@@ -111,8 +111,11 @@ struct Names {
 };
 
 // One engine operation over num tensors of one kind (a single call is a group of one).
+// With `fail_with`, the operation is not pushed: its tensors are submitted as failed on this
+// rank with that text (see SubmitFailed) and the call returns -1 with it.
 int Grouped(OpType type, void** inputs, void** outputs, int num, const Names& names, int reduce_op,
-            double prescale, double postscale, int priority, int process_set_id) {
+            double prescale, double postscale, int priority, int process_set_id,
+            const std::string* fail_with = nullptr) {
   auto kind = [type, num] {  // for errors only
     return num == 1 ? std::string(OpTypeName(type)) : std::string("grouped ") + OpTypeName(type);
   };
@@ -158,6 +161,10 @@ int Grouped(OpType type, void** inputs, void** outputs, int num, const Names& na
       }
     }
   }
+  if (fail_with) {
+    SubmitFailed(op.get(), *fail_with);
+    return Fail(Status::InvalidArgument(*fail_with));
+  }
   static const char* kOprNames[] = {"HorovodAllreduce", "HorovodAllgather", "HorovodBroadcast",
                                     "HorovodAlltoall", "HorovodReducescatter"};
   s = Push(std::move(op), priority, kOprNames[static_cast<int>(type)]);
@@ -167,11 +174,37 @@ int Grouped(OpType type, void** inputs, void** outputs, int num, const Names& na
 }  // namespace
 
 int Call(OpType type, void** inputs, void** outputs, int num, const std::string* names,
-         int reduce_op, double prescale, double postscale, int priority, int process_set_id) {
+         int reduce_op, double prescale, double postscale, int priority, int process_set_id,
+         const std::string* fail_with) {
   Names n;
   n.s = names;
   return Grouped(type, inputs, outputs, num, n, reduce_op, prescale, postscale, priority,
-                 process_set_id);
+                 process_set_id, fail_with);
+}
+
+int Broadcast(void* input, void* output, const std::string& name, int root_rank, int priority,
+              int process_set_id, const std::string* fail_with) {
+  auto op = std::make_unique<EngineOp>();
+  Status s = MemberSet(process_set_id, OpTypeName(OpType::kBroadcast), name.c_str(), &op->set);
+  if (!s.ok()) return Fail(s);
+  const int size = op->set->size;
+  if (root_rank < 0 || root_rank >= size) {
+    return Fail(Status::InvalidArgument(What(OpType::kBroadcast, name.c_str()) + ": root_rank " +
+                                        std::to_string(root_rank) + " is not a rank of " +
+                                        op->set->Describe() + " (size " + std::to_string(size) + ")"));
+  }
+  OpTensor t;
+  s = MakeTensor(OpType::kBroadcast, *op->set, input, output, name, &t);
+  if (!s.ok()) return Fail(s);
+  t.request.root_rank = root_rank;
+  t.fill_on_error = !(t.in_place && root_rank == op->set->rank);
+  op->tensors.push_back(std::move(t));
+  if (fail_with) {
+    SubmitFailed(op.get(), *fail_with);
+    return Fail(Status::InvalidArgument(*fail_with));
+  }
+  s = Push(std::move(op), priority, "HorovodBroadcast");
+  return s.ok() ? 0 : Fail(s);
 }
 
 }  // namespace mx
@@ -235,23 +268,7 @@ int MXWaitforHorovodGroupedAllgather(MXHNDArrayHandle* inputs, MXHNDArrayHandle*
 
 int MXWaitforHorovodBroadcast(MXHNDArrayHandle input, MXHNDArrayHandle output, const char* name,
                               int root_rank, int priority, int process_set_id) {
-  auto op = std::make_unique<EngineOp>();
-  Status s = MemberSet(process_set_id, OpTypeName(OpType::kBroadcast), name, &op->set);
-  if (!s.ok()) return Fail(s);
-  const int size = op->set->size;
-  if (root_rank < 0 || root_rank >= size) {
-    return Fail(Status::InvalidArgument(What(OpType::kBroadcast, name) + ": root_rank " +
-                                        std::to_string(root_rank) + " is not a rank of " +
-                                        op->set->Describe() + " (size " + std::to_string(size) + ")"));
-  }
-  OpTensor t;
-  s = MakeTensor(OpType::kBroadcast, *op->set, input, output, name ? name : "", &t);
-  if (!s.ok()) return Fail(s);
-  t.request.root_rank = root_rank;
-  t.fill_on_error = !(t.in_place && root_rank == op->set->rank);
-  op->tensors.push_back(std::move(t));
-  s = Push(std::move(op), priority, "HorovodBroadcast");
-  return s.ok() ? 0 : Fail(s);
+  return Broadcast(input, output, name ? name : "", root_rank, priority, process_set_id);
 }
 
 int MXWaitforHorovodAlltoall(MXHNDArrayHandle input, MXHNDArrayHandle output, const char* name,

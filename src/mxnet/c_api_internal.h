@@ -14,9 +14,16 @@ namespace mx {
 // One engine operation over `num` tensors of kind `type` (kAllreduce, kReducescatter or
 // kAllgather; reduce_op and the factors are ignored for kAllgather). Returns 0, -1 (refused
 // at the call) or -2 (ran and failed, NaiveEngine only); the error text is
-// MXHorovodGetLastError().
+// MXHorovodGetLastError(). With `fail_with`, nothing is pushed: the tensors are submitted
+// as failed on this rank with that text, so that the other ranks get the error instead of
+// waiting (for a call whose input could not be read here), and the call returns -1.
 int Call(OpType type, void** inputs, void** outputs, int num, const std::string* names,
-         int reduce_op, double prescale, double postscale, int priority, int process_set_id);
+         int reduce_op, double prescale, double postscale, int priority, int process_set_id,
+         const std::string* fail_with = nullptr);
+
+// MXWaitforHorovodBroadcast with a std::string name and the same `fail_with`.
+int Broadcast(void* input, void* output, const std::string& name, int root_rank, int priority,
+              int process_set_id, const std::string* fail_with = nullptr);
 
 }  // namespace mx
 }  // namespace mxhorovod

@@ -152,10 +152,11 @@ struct SkippedNames {
   }
 };
 
-// An operation MXNet skipped (see EngineOp::ran): submits its tensors with a local error, so
-// that every rank fails them (the error names this rank) instead of waiting for this one.
-// Nothing is written: the outputs already carry the input's error on this rank.
-void SubmitSkipped(EngineOp* op) {
+void DeleteOp(void* param);
+
+}  // namespace
+
+void SubmitFailed(EngineOp* op, const std::string& why) {
   if (!op->set || op->tensors.empty()) return;
   auto* names = new SkippedNames();
   names->set = op->set;
@@ -170,9 +171,7 @@ void SubmitSkipped(EngineOp* op) {
     TensorTableEntry& e = entries[i];
     e.request = op->tensors[i].request;
     e.request.process_set_id = op->set->id;
-    e.request.local_error =
-        "the operation that writes its input failed on this rank, so MXNet skipped this "
-        "collective there (read that input on that rank to see the error)";
+    e.request.local_error = why;
     e.recv_splits = op->tensors[i].recv_splits;
     e.input.elements = e.output.elements = NumElements(e.request.shape);  // data: null
     e.callback = [names](const Status&) { names->Done(); };
@@ -180,9 +179,16 @@ void SubmitSkipped(EngineOp* op) {
   Enqueue(std::move(entries));
 }
 
+namespace {
+
+// An operation MXNet skipped (see EngineOp::ran) fails on every rank; nothing is written:
+// the outputs already carry the input's error on this rank.
 void DeleteOp(void* param) {
   auto* op = static_cast<EngineOp*>(param);
-  if (!op->ran) SubmitSkipped(op);
+  if (!op->ran) {
+    SubmitFailed(op, "the operation that writes its input failed on this rank, so MXNet "
+                     "skipped this collective there (read that input on that rank to see the error)");
+  }
   delete op;
 }
 

@@ -60,6 +60,12 @@ bool UsedByOurCollective(void* handle);
 // `opr_name` shows in MXNet's profiler.
 Status Push(std::unique_ptr<EngineOp> op, int priority, const char* opr_name);
 
+// Submits the operation's tensors to the core as failed on this rank with `why` (names
+// reserved and released as usual; no data is touched), so that every rank gets the error
+// instead of waiting for this one: for an operation MXNet skipped, or one refused at the
+// call because its input carries the error of the operation that wrote it.
+void SubmitFailed(EngineOp* op, const std::string& why);
+
 // Pushes an engine operation on `handle` (a write dependency) that completes at once, as
 // ours would with no communication: benchmarks use it to measure MXNet's own cost per
 // operation (the floor of one collective per tensor). Not part of the API.

@@ -1,6 +1,7 @@
 // pybind11 module mxhorovod._core: argument conversion only. NDArray handles arrive as
 // integers (ndarray.handle.value); every failure becomes a Python ValueError whose text
 // names the tensor.
+#include <mxnet/c_api.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -61,6 +62,15 @@ Status Settle(void* h, bool any_array) {
   return any_array ? mx::WaitDefaultLayout(h) : mx::SettleLayout(h);
 }
 
+// The error the other ranks get when a call's input cannot be read on this rank (waiting
+// for it raised the error of the operation that wrote it): the call is submitted as failed
+// (mx::Call's fail_with) so that they do not wait for this rank; here it raises `s`.
+const std::string& UnreadableInput(const Status& s) {
+  static thread_local std::string why;
+  why = "its input could not be read on this rank: " + s.reason();
+  return why;
+}
+
 // A group's names: a list of str as given, or one str `base` for n tensors named
 // '<base>.<i>' (the group convention; formatting 1,000 names in Python cost 0.4 ms).
 std::vector<std::string> GroupNames(const py::object& names, size_t n) {
@@ -93,10 +103,8 @@ void CallGrouped(OpType type, const char* what, const std::vector<uintptr_t>& in
   {
     py::gil_scoped_release nogil;
     for (size_t i = 0; settle && s.ok() && i < in.size(); ++i) s = Settle(in[i], false);
-    if (s.ok()) {
-      rc = mx::Call(type, in.data(), out.data(), (int)in.size(), names.data(), op, pre, post,
-                    priority, ps);
-    }
+    rc = mx::Call(type, in.data(), out.data(), (int)in.size(), names.data(), op, pre, post,
+                  priority, ps, s.ok() ? nullptr : &UnreadableInput(s));
   }
   Raise(s);
   Check(rc);
@@ -122,15 +130,6 @@ PYBIND11_MODULE(_core, m) {
   m.def("is_initialized", &IsInitialized);
   m.def("engine_noop", [](uintptr_t h) { Raise(mx::PushNoop(H(h))); },
         "benchmarks: one engine operation on the array that completes at once");
-  m.def("wait_default_layout", [](uintptr_t h) {
-    Status s;
-    {
-      py::gil_scoped_release nogil;
-      s = Settle(H(h), true);
-    }
-    Raise(s);
-  }, "broadcast: wait for the array's writers and readers, then MXNet's default layout "
-     "(not when a collective of ours still reads it)");
   m.def("stop_reason", &StopReason);
   // Rank 0 records (as in Horovod); on the other ranks these are no-ops.
   m.def("start_timeline", [](const std::string& path, bool mark_cycles) {
@@ -179,7 +178,8 @@ PYBIND11_MODULE(_core, m) {
       if (settle) s = Settle(H(in), false);
       void* i = H(in);
       void* o = H(out);
-      if (s.ok()) rc = mx::Call(OpType::kAllreduce, &i, &o, 1, &name, op, pre, post, priority, ps);
+      rc = mx::Call(OpType::kAllreduce, &i, &o, 1, &name, op, pre, post, priority, ps,
+                    s.ok() ? nullptr : &UnreadableInput(s));
     }
     Raise(s);
     Check(rc);
@@ -202,15 +202,28 @@ PYBIND11_MODULE(_core, m) {
     CallGrouped(OpType::kAllgather, "grouped_allgather", ins, outs, names, 0, 1.0, 1.0, priority, ps,
                 false);
   });
+  // wait: 0 none; 1 the input's writers (wait_to_read); 2 its writers and readers, then the
+  // default layout (Settle: MXNet with MKLDNN). If the wait raises the error of the operation
+  // that wrote the input, the call is submitted as failed (the other ranks get the error)
+  // and raises it here.
   m.def("broadcast", [](uintptr_t in, uintptr_t out, const std::string& name, int root, int priority,
-                        int ps) {
+                        int ps, int wait) {
     int rc;
+    Status s;
     {
       py::gil_scoped_release nogil;
-      rc = MXWaitforHorovodBroadcast(H(in), H(out), name.c_str(), root, priority, ps);
+      if (wait == 2) {
+        s = Settle(H(in), true);
+      } else if (wait == 1 && MXNDArrayWaitToRead(H(in)) != 0) {
+        s = Status::InvalidArgument(mx::LastMXNetError());
+      }
+      rc = mx::Broadcast(H(in), H(out), name, root, priority, ps,
+                         s.ok() ? nullptr : &UnreadableInput(s));
     }
+    Raise(s);
     Check(rc);
-  });
+  }, py::arg("input"), py::arg("output"), py::arg("name"), py::arg("root_rank"),
+     py::arg("priority"), py::arg("process_set"), py::arg("wait") = 0);
   m.def("alltoall", [](uintptr_t in, uintptr_t out, const std::string& name,
                        const std::vector<int64_t>& splits, const std::vector<int64_t>& recv_splits,
                        int priority, int ps) {

@@ -68,5 +68,33 @@ ys = hvd.grouped_allreduce([mx.nd.ones((2,)), boom((5,))], name="gboom", op=hvd.
 fails(ys[1], *(mine if r == 0 else ("failed on rank 0",)))
 works("3")
 
+# A float32 array of 2-5 dims: the call first waits for the input (MKLDNN layout), which
+# raises the producer's error at the call on rank 0; the call is submitted as failed there.
+for tag, call in (("2d", lambda x: hvd.allreduce(x, name="boom_2d", op=hvd.Sum)),
+                  ("g2d", lambda x: hvd.grouped_allreduce([x], name="gboom_2d")[0])):
+    try:
+        out = call(boom((2, 3)))
+    except ValueError as e:
+        assert r == 0, "rank %d raised at the call: %s" % (r, e)
+    else:
+        assert r != 0 or not mx.runtime.Features().is_enabled("MKLDNN"), \
+            "rank 0 did not raise at the call"
+        fails(out, *(mine if r == 0 else ("failed on rank 0", "could not be read")))
+    works(tag)
+
+# Broadcast waits for its input first: rank 0 (the root) raises at the call, every other
+# rank gets the error at its read.
+for tag, shape, call in (("b1", (3,), lambda x: hvd.broadcast(x, 0, name="bboom_1d")),
+                         ("b2", (2, 3), lambda x: hvd.broadcast(x, 0, name="bboom_2d")),
+                         ("b_", (4,), lambda x: hvd.broadcast_(x, 0, name="bboom_inplace"))):
+    try:
+        out = call(boom(shape))
+    except (ValueError, MXNetError) as e:
+        assert r == 0, "rank %d raised at the call: %s" % (r, e)
+    else:
+        assert r != 0, "rank 0 did not raise at the call"
+        fails(out, "failed on rank 0", "could not be read")
+    works(tag)
+
 hvd.shutdown()
 print("RANK %d OK" % r, flush=True)
