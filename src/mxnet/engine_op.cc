@@ -139,8 +139,9 @@ void RunOp(void* /*rctx*/, void* on_complete, void* param) {
   Enqueue(std::move(entries));
 }
 
-// Releases a skipped operation's names once the core has answered all its tensors.
-struct SkippedNames {
+// Releases the names of an operation submitted as failed (SubmitFailed) once the core has
+// answered all its tensors.
+struct FailedNames {
   std::shared_ptr<ProcessSet> set;
   std::vector<std::string> names;
   std::atomic<size_t> remaining{0};
@@ -152,13 +153,11 @@ struct SkippedNames {
   }
 };
 
-void DeleteOp(void* param);
-
 }  // namespace
 
 void SubmitFailed(EngineOp* op, const std::string& why) {
   if (!op->set || op->tensors.empty()) return;
-  auto* names = new SkippedNames();
+  auto* names = new FailedNames();
   names->set = op->set;
   for (const auto& t : op->tensors) names->names.push_back(t.request.name);
   if (!op->set->queue.Reserve(names->names).ok()) {  // the name is in flight: not ours to fail
