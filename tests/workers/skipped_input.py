@@ -3,10 +3,10 @@ collective there (its input carries the error). The other ranks must get an erro
 that rank, not wait for it; the failing rank sees its own operator's error; the next
 collectives work on every rank. Grouped and in-place forms too."""
 import mxnet as mx
-import numpy as np
 from mxnet.base import MXNetError
 
 import mxhorovod as hvd
+from expect import raises, works
 
 hvd.init()
 r, n = hvd.rank(), hvd.size()
@@ -38,34 +38,19 @@ def boom(shape):
     return mx.nd.Custom(mx.nd.ones(shape), op_type="mxhvd_boom")
 
 
-def fails(arr, *needles):
-    try:
-        arr.asnumpy()
-    except MXNetError as e:
-        for s in needles:
-            assert s in str(e), "expected %r in error: %s" % (s, e)
-        return
-    raise AssertionError("no error raised; wanted %s" % (needles,))
-
-
-def works(tag):
-    y = hvd.allreduce(mx.nd.ones((2,)) * (r + 1), op=hvd.Sum, name="ok." + tag)
-    np.testing.assert_array_equal(y.asnumpy(), np.full((2,), n * (n + 1) / 2, "float32"))
-
-
 mine = ()  # the custom operator's own error (MXNet does not keep its text)
 theirs = ("allreduce 'after_boom' failed on rank 0", "skipped")
 y = hvd.allreduce(boom((4,)), name="after_boom", op=hvd.Sum)
-fails(y, *(mine if r == 0 else theirs))
+raises(y.asnumpy, *(mine if r == 0 else theirs))
 works("1")
 
 x = boom((3,))
 hvd.allreduce_(x, name="inplace_boom")
-fails(x, *(mine if r == 0 else ("allreduce 'inplace_boom' failed on rank 0",)))
+raises(x.asnumpy, *(mine if r == 0 else ("allreduce 'inplace_boom' failed on rank 0",)))
 works("2")
 
 ys = hvd.grouped_allreduce([mx.nd.ones((2,)), boom((5,))], name="gboom", op=hvd.Sum)
-fails(ys[1], *(mine if r == 0 else ("failed on rank 0",)))
+raises(ys[1].asnumpy, *(mine if r == 0 else ("failed on rank 0",)))
 works("3")
 
 # A float32 array of 2-5 dims: the call first waits for the input (MKLDNN layout), which
@@ -79,7 +64,7 @@ for tag, call in (("2d", lambda x: hvd.allreduce(x, name="boom_2d", op=hvd.Sum))
     else:
         assert r != 0 or not mx.runtime.Features().is_enabled("MKLDNN"), \
             "rank 0 did not raise at the call"
-        fails(out, *(mine if r == 0 else ("failed on rank 0", "could not be read")))
+        raises(out.asnumpy, *(mine if r == 0 else ("failed on rank 0", "could not be read")))
     works(tag)
 
 # Broadcast waits for its input first: rank 0 (the root) raises at the call, every other
@@ -93,7 +78,7 @@ for tag, shape, call in (("b1", (3,), lambda x: hvd.broadcast(x, 0, name="bboom_
         assert r == 0, "rank %d raised at the call: %s" % (r, e)
     else:
         assert r != 0, "rank 0 did not raise at the call"
-        fails(out, "failed on rank 0", "could not be read")
+        raises(out.asnumpy, "failed on rank 0", "could not be read")
     works(tag)
 
 hvd.shutdown()
