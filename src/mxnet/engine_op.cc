@@ -90,6 +90,24 @@ class Completion {
   std::string error_;
 };
 
+std::vector<std::string> NamesOf(const EngineOp& op) {
+  std::vector<std::string> names;
+  names.reserve(op.tensors.size());
+  for (const auto& t : op.tensors) names.push_back(t.request.name);
+  return names;
+}
+
+// The core's entry for a tensor of the operation, without data: its request moves to the
+// core (the operation hands its tensors over once; the handles stay for Release).
+TensorTableEntry TakeEntry(OpTensor& t, int32_t set_id) {
+  TensorTableEntry e;
+  e.request = std::move(t.request);
+  e.request.process_set_id = set_id;
+  e.recv_splits = std::move(t.recv_splits);
+  e.input.elements = e.output.elements = NumElements(e.request.shape);
+  return e;
+}
+
 // Runs on an MXNet engine thread when the dependencies are ready; returns at once.
 void RunOp(void* /*rctx*/, void* on_complete, void* param) {
   auto* op = static_cast<EngineOp*>(param);
@@ -99,24 +117,17 @@ void RunOp(void* /*rctx*/, void* on_complete, void* param) {
   // Names are reserved in engine order, not at the call: a training loop reuses one name
   // per gradient every step, and the engine runs step k+1's operation on an array only
   // after step k's completed (and released the name), as in Horovod.
-  std::vector<std::string> names;
-  names.reserve(op->tensors.size());
-  for (const auto& t : op->tensors) names.push_back(t.request.name);
-  auto* done = new Completion(cb, op, std::move(names));
+  auto* done = new Completion(cb, op, NamesOf(*op));
   Status reserved = op->set->queue.Reserve(done->names());
   if (!reserved.ok()) {
     done->Fail(reserved.reason());
     return;
   }
-  std::vector<TensorTableEntry> entries(op->tensors.size());
-  for (size_t i = 0; i < op->tensors.size(); ++i) {
-    OpTensor& t = op->tensors[i];
-    TensorTableEntry& e = entries[i];
-    // The operation runs once: its request moves to the core (the handles stay for
-    // DeleteOp).
-    e.request = std::move(t.request);
-    e.request.process_set_id = op->set->id;
-    e.recv_splits = std::move(t.recv_splits);
+  std::vector<TensorTableEntry> entries;
+  entries.reserve(op->tensors.size());
+  for (OpTensor& t : op->tensors) {
+    entries.push_back(TakeEntry(t, op->set->id));
+    TensorTableEntry& e = entries.back();
     const Label label{OpTypeName(e.request.op_type), e.request.name.c_str()};
     Status s = DataAtRun(t.input, label, &e.input.data);
     if (s.ok() && !t.in_place) s = DataAtRun(t.output, label, &e.output.data);
@@ -127,10 +138,8 @@ void RunOp(void* /*rctx*/, void* on_complete, void* param) {
       e.request.local_error = s.reason();
       e.input.data = e.output.data = nullptr;
     }
-    e.input.elements = NumElements(e.request.shape);
     if (t.in_place) {
       e.output.data = e.input.data;
-      e.output.elements = e.input.elements;
     } else {
       e.output.elements = Elements(t.output);  // checked by Describe at the call
     }
@@ -159,21 +168,18 @@ void SubmitFailed(EngineOp* op, const std::string& why) {
   if (!op->set || op->tensors.empty()) return;
   auto* names = new FailedNames();
   names->set = op->set;
-  for (const auto& t : op->tensors) names->names.push_back(t.request.name);
+  names->names = NamesOf(*op);
   if (!op->set->queue.Reserve(names->names).ok()) {  // the name is in flight: not ours to fail
     delete names;
     return;
   }
   names->remaining = op->tensors.size();
-  std::vector<TensorTableEntry> entries(op->tensors.size());
-  for (size_t i = 0; i < op->tensors.size(); ++i) {
-    TensorTableEntry& e = entries[i];
-    e.request = op->tensors[i].request;
-    e.request.process_set_id = op->set->id;
-    e.request.local_error = why;
-    e.recv_splits = op->tensors[i].recv_splits;
-    e.input.elements = e.output.elements = NumElements(e.request.shape);  // data: null
-    e.callback = [names](const Status&) { names->Done(); };
+  std::vector<TensorTableEntry> entries;
+  entries.reserve(op->tensors.size());
+  for (OpTensor& t : op->tensors) {
+    entries.push_back(TakeEntry(t, op->set->id));  // data: null
+    entries.back().request.local_error = why;
+    entries.back().callback = [names](const Status&) { names->Done(); };
   }
   Enqueue(std::move(entries));
 }

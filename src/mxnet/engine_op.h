@@ -61,7 +61,8 @@ bool UsedByOurCollective(void* handle);
 Status Push(std::unique_ptr<EngineOp> op, int priority, const char* opr_name);
 
 // Submits the operation's tensors to the core as failed on this rank with `why` (names
-// reserved and released as usual; no data is touched), so that every rank gets the error
+// reserved and released as usual; no data is touched; the requests move out of `op`, whose
+// handles stay until Release), so that every rank gets the error
 // instead of waiting for this one: for an operation MXNet skipped, or one refused at the
 // call because its input carries the error of the operation that wrote it.
 void SubmitFailed(EngineOp* op, const std::string& why);

@@ -78,6 +78,11 @@ Status SettleLayout(void* handle) {
   return WaitDefaultLayout(handle);
 }
 
+Status WaitWriters(void* handle) {
+  if (MXNDArrayWaitToRead(handle) != 0) return Status::InvalidArgument(LastMXNetError());
+  return Status::OK();
+}
+
 Status WaitDefaultLayout(void* handle) {
   if (MXNDArrayWaitToWrite(handle) != 0) return Status::InvalidArgument(LastMXNetError());
   return ResolveLayout(handle);

@@ -40,6 +40,9 @@ Status ResolveLayout(void* handle);
 // waits for the array's pending writers and readers, then converts it back to the default
 // layout. Any other array returns at once, without waiting. Call without the GIL.
 Status SettleLayout(void* handle);
+// Waits for the array's pending writers (wait_to_read); their error, if any, is returned.
+// Call without the GIL.
+Status WaitWriters(void* handle);
 // Waits for the array's pending writers and readers, then converts it to the default
 // layout (SettleLayout's second half, for any array). Call without the GIL.
 Status WaitDefaultLayout(void* handle);

@@ -1,7 +1,6 @@
 // pybind11 module mxhorovod._core: argument conversion only. NDArray handles arrive as
 // integers (ndarray.handle.value); every failure becomes a Python ValueError whose text
 // names the tensor.
-#include <mxnet/c_api.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -65,10 +64,8 @@ Status Settle(void* h, bool any_array) {
 // The error the other ranks get when a call's input cannot be read on this rank (waiting
 // for it raised the error of the operation that wrote it): the call is submitted as failed
 // (mx::Call's fail_with) so that they do not wait for this rank; here it raises `s`.
-const std::string& UnreadableInput(const Status& s) {
-  static thread_local std::string why;
-  why = "its input could not be read on this rank: " + s.reason();
-  return why;
+std::string UnreadableInput(const Status& s) {
+  return s.ok() ? std::string() : "its input could not be read on this rank: " + s.reason();
 }
 
 // A group's names: a list of str as given, or one str `base` for n tensors named
@@ -103,8 +100,9 @@ void CallGrouped(OpType type, const char* what, const std::vector<uintptr_t>& in
   {
     py::gil_scoped_release nogil;
     for (size_t i = 0; settle && s.ok() && i < in.size(); ++i) s = Settle(in[i], false);
+    const std::string why = UnreadableInput(s);
     rc = mx::Call(type, in.data(), out.data(), (int)in.size(), names.data(), op, pre, post,
-                  priority, ps, s.ok() ? nullptr : &UnreadableInput(s));
+                  priority, ps, s.ok() ? nullptr : &why);
   }
   Raise(s);
   Check(rc);
@@ -178,8 +176,9 @@ PYBIND11_MODULE(_core, m) {
       if (settle) s = Settle(H(in), false);
       void* i = H(in);
       void* o = H(out);
+      const std::string why = UnreadableInput(s);
       rc = mx::Call(OpType::kAllreduce, &i, &o, 1, &name, op, pre, post, priority, ps,
-                    s.ok() ? nullptr : &UnreadableInput(s));
+                    s.ok() ? nullptr : &why);
     }
     Raise(s);
     Check(rc);
@@ -214,11 +213,11 @@ PYBIND11_MODULE(_core, m) {
       py::gil_scoped_release nogil;
       if (wait == 2) {
         s = Settle(H(in), true);
-      } else if (wait == 1 && MXNDArrayWaitToRead(H(in)) != 0) {
-        s = Status::InvalidArgument(mx::LastMXNetError());
+      } else if (wait == 1) {
+        s = mx::WaitWriters(H(in));
       }
-      rc = mx::Broadcast(H(in), H(out), name, root, priority, ps,
-                         s.ok() ? nullptr : &UnreadableInput(s));
+      const std::string why = UnreadableInput(s);
+      rc = mx::Broadcast(H(in), H(out), name, root, priority, ps, s.ok() ? nullptr : &why);
     }
     Raise(s);
     Check(rc);
