@@ -9,11 +9,6 @@
 namespace mxhorovod {
 namespace {
 
-template <ReduceOp OP>
-void Float16Op(void* in, void* inout, int* len, MPI_Datatype*) {
-  ReduceFloat16(in, inout, *len, OP);
-}
-
 Status Check(int rc, const char* what) {
   if (rc == MPI_SUCCESS) return Status::OK();
   return Status::UnknownError(std::string("MPI error in ") + what + ": " + MPIErrorString(rc));
@@ -39,53 +34,22 @@ Status ToIntCounts(const std::vector<int64_t>& bytes, std::vector<int>* counts,
 
 MPIBackend::MPIBackend(MPI_Comm comm, int64_t slice_bytes)
     : comm_(comm), slice_bytes_(slice_bytes > 0 ? slice_bytes : (int64_t)1 << 24) {
-  MPI_Type_contiguous(2, MPI_BYTE, &float16_);
-  MPI_Type_commit(&float16_);
-  MPI_Op_create(&Float16Op<ReduceOp::kSum>, 1, &f16_sum_);
-  MPI_Op_create(&Float16Op<ReduceOp::kMin>, 1, &f16_min_);
-  MPI_Op_create(&Float16Op<ReduceOp::kMax>, 1, &f16_max_);
-  MPI_Op_create(&Float16Op<ReduceOp::kProduct>, 1, &f16_prod_);
+  MPI_Comm_size(comm_, &size_);
 }
 
-MPIBackend::~MPIBackend() {
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (finalized) return;
-  MPI_Type_free(&float16_);
-  for (MPI_Op* op : {&f16_sum_, &f16_min_, &f16_max_, &f16_prod_}) MPI_Op_free(op);
-}
+MPIBackend::~MPIBackend() = default;
 
-MPI_Datatype MPIBackend::Type(DataType t) const {
-  switch (t) {
-    case DataType::kFloat32: return MPI_FLOAT;
-    case DataType::kFloat64: return MPI_DOUBLE;
-    case DataType::kFloat16: return float16_;
-    case DataType::kUInt8: return MPI_UINT8_T;
-    case DataType::kInt8: return MPI_INT8_T;
-    case DataType::kInt32: return MPI_INT32_T;
-    case DataType::kInt64: return MPI_INT64_T;
-  }
-  return MPI_BYTE;
-}
-
-MPI_Op MPIBackend::Op(DataType t, ReduceOp op) const {
-  if (t == DataType::kFloat16) {
-    switch (op) {
-      case ReduceOp::kMin: return f16_min_;
-      case ReduceOp::kMax: return f16_max_;
-      case ReduceOp::kProduct: return f16_prod_;
-      default: return f16_sum_;
+Status MPIBackend::Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp op,
+                             double scale, bool* scaled) {
+  MPI_Op mpi_op = Op(dtype, op);
+  *scaled = false;
+  if (scale != 1.0 && size_ == 2 && (op == ReduceOp::kSum || op == ReduceOp::kAverage)) {
+    MPI_Op folded = ops_.ScaledSum(dtype, scale);
+    if (folded != MPI_OP_NULL) {
+      mpi_op = folded;
+      *scaled = true;
     }
   }
-  switch (op) {
-    case ReduceOp::kMin: return MPI_MIN;
-    case ReduceOp::kMax: return MPI_MAX;
-    case ReduceOp::kProduct: return MPI_PROD;
-    default: return MPI_SUM;  // Sum, and Average (the executor divides afterwards)
-  }
-}
-
-Status MPIBackend::Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp op) {
   const int esize = DTypeSize(dtype);
   const int64_t per_call = std::max<int64_t>(1, slice_bytes_ / esize);
   char* p = static_cast<char*>(buf);
@@ -93,11 +57,11 @@ Status MPIBackend::Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp 
     int n = static_cast<int>(std::min(per_call, count - done));
     Status s;
     if (GetWaitPolicy().blocking_data) {
-      s = Check(MPI_Allreduce(MPI_IN_PLACE, p + done * esize, n, Type(dtype), Op(dtype, op), comm_),
+      s = Check(MPI_Allreduce(MPI_IN_PLACE, p + done * esize, n, Type(dtype), mpi_op, comm_),
                 "MPI_Allreduce");
     } else {
       MPI_Request req;
-      s = Check(MPI_Iallreduce(MPI_IN_PLACE, p + done * esize, n, Type(dtype), Op(dtype, op), comm_,
+      s = Check(MPI_Iallreduce(MPI_IN_PLACE, p + done * esize, n, Type(dtype), mpi_op, comm_,
                                &req), "MPI_Iallreduce");
       if (s.ok()) s = WaitRequest(&req, "MPI_Iallreduce");
     }

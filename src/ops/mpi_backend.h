@@ -8,6 +8,7 @@
 #include <mpi.h>
 
 #include "ops/backend.h"
+#include "ops/reduce_ops.h"
 
 namespace mxhorovod {
 
@@ -17,7 +18,10 @@ class MPIBackend : public Backend {
   ~MPIBackend() override;
   const char* name() const override { return "MPI"; }
   void set_slice_bytes(int64_t bytes) { slice_bytes_ = bytes > 0 ? bytes : slice_bytes_; }
-  Status Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp op) override;
+  // Sum/Average of float32/float64 use the library's own ops (ops/reduce_ops.h); on a
+  // 2-rank communicator `scale` is applied inside the reduction (*scaled = true).
+  Status Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp op, double scale,
+                   bool* scaled) override;
   Status Broadcast(void* buf, int64_t bytes, int root) override;
   Status Allgatherv(const void* send, int64_t send_bytes, void* recv,
                     const std::vector<int64_t>& recv_bytes) override;
@@ -25,17 +29,16 @@ class MPIBackend : public Backend {
                    const std::vector<int64_t>& recv_bytes) override;
   Status Reducescatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
                        DataType dtype, ReduceOp op) override;
-  // The MPI datatype and op of a dtype (float16: our own type and ops); also used by the
+  // The MPI datatype and op of a dtype (see ops/reduce_ops.h); also used by the
   // hierarchical backend, which shares them.
-  MPI_Datatype Type(DataType t) const;
-  MPI_Op Op(DataType t, ReduceOp op) const;
+  MPI_Datatype Type(DataType t) const { return ops_.Type(t); }
+  MPI_Op Op(DataType t, ReduceOp op) const { return ops_.Op(t, op); }
 
  private:
   MPI_Comm comm_;
+  int size_ = 0;
   int64_t slice_bytes_;
-  MPI_Datatype float16_ = MPI_DATATYPE_NULL;
-  MPI_Op f16_sum_ = MPI_OP_NULL, f16_min_ = MPI_OP_NULL, f16_max_ = MPI_OP_NULL,
-         f16_prod_ = MPI_OP_NULL;
+  ReduceOps ops_;
 };
 
 }  // namespace mxhorovod

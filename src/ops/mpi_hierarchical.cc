@@ -63,7 +63,9 @@ Status MPIHierarchicalBackend::AllreduceSlice(char* p, int n, MPI_Datatype type,
   return Status::OK();
 }
 
-Status MPIHierarchicalBackend::Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp op) {
+Status MPIHierarchicalBackend::Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp op,
+                                         double /*scale*/, bool* scaled) {
+  *scaled = false;
   const int esize = DTypeSize(dtype);
   const int64_t per_call = std::max<int64_t>(1, slice_bytes_ / esize);
   const MPI_Datatype type = flat_->Type(dtype);

@@ -21,7 +21,9 @@ class MPIHierarchicalBackend : public Backend {
   // one per host (used only on local rank 0). Neither is freed here.
   MPIHierarchicalBackend(MPIBackend* flat, MPI_Comm local, MPI_Comm cross, int64_t slice_bytes);
   const char* name() const override { return "MPI hierarchical"; }
-  Status Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp op) override;
+  // Never scales (*scaled = false): the executor does.
+  Status Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp op, double scale,
+                   bool* scaled) override;
   Status Broadcast(void* buf, int64_t bytes, int root) override {
     return flat_->Broadcast(buf, bytes, root);
   }

@@ -74,6 +74,39 @@ close(yi.asnumpy(), np.trunc(np.array([7, -7, 5]) * n / n).astype("int32"), "int
 yi = hvd.allreduce(mx.nd.array([r + 1], dtype="int32"), op=hvd.Average, name="int.avg2")
 close(yi.asnumpy(), np.array([int(sum(range(1, n + 1)) / n)], dtype="int32"), "int32", "int avg trunc")
 
+# Float Average and postscale: on 2 ranks the backend scales inside the reduction (a
+# scaled-sum MPI op); the result must be bit for bit the sum scaled in the dtype, as a
+# separate pass gives it. Alone (each waited for before the next; beyond the fusion
+# threshold and sliced in the small-buffer configuration) and fused (all at once); more
+# distinct factors than the backend's 8 slots, so some scale in a separate pass.
+def scaled_expect(xs, dtype, op, post):
+    t = np.dtype(dtype).type
+    if n == 2:
+        return (xs[0] + xs[1]) * t(post / (2 if op == hvd.Average else 1))
+    return (np.sum(np.stack(xs).astype(np.float64), axis=0) * post /
+            (n if op == hvd.Average else 1)).astype(dtype)
+
+
+FACTORS = [1.0, 3.0, 0.1, 7.0, 0.3, 1.5, 2.5, 9.0, 0.7, 11.0, 13.0]
+for fused in (False, True):
+    pending = []
+    for k, post in enumerate(FACTORS):
+        for dtype in ("float32", "float64"):
+            op = hvd.Average if k % 2 == 0 else hvd.Sum
+            shape = (7,) if fused and k % 3 == 0 else (300000,)
+            xs = [data(q, shape, dtype, 900 + k) for q in range(n)]
+            y = hvd.allreduce_(mx.nd.array(xs[r], dtype=dtype), op=op, postscale_factor=post,
+                               name="scaledsum.%d.%d.%s" % (fused, k, dtype))
+            pending.append((y, scaled_expect(xs, dtype, op, post), dtype, op, post))
+            if not fused:
+                y.wait_to_read()
+    for y, want, dtype, op, post in pending:
+        what = "fused=%s %s %s postscale %s" % (fused, dtype, OPS[op], post)
+        if n == 2:
+            np.testing.assert_array_equal(y.asnumpy(), want, err_msg=what)
+        else:
+            close(y.asnumpy(), want, dtype, what)
+
 # One-element tensors, and a non-string name (converted with str()).
 one = hvd.allreduce(mx.nd.array([r + 1.0]), op=hvd.Sum, name=12345)
 close(one.asnumpy(), np.array([n * (n + 1) / 2], dtype="float32"), "float32", "one element")
