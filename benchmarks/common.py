@@ -73,6 +73,13 @@ def ratio(a, b):
     return a["median"] / b["median"] if b["median"] > 0 else float("nan")
 
 
+def either_op(table, strategy):
+    """Of a floors.measure() table: the faster of ``strategy`` with MPI's built-in sum and
+    with the user-defined one (``strategy + '_userop'``), as stats naming its ``strategy``."""
+    k = min((strategy, strategy + "_userop"), key=lambda k: table[k]["median"])
+    return dict(table[k], strategy=k)
+
+
 def busbw(nbytes, seconds, size):
     """Bus bandwidth of an allreduce in GB/s: 2(p-1)/p x bytes / time (nccl-tests'
     convention, see their PERFORMANCE.md); bytes / time on one rank."""
