@@ -15,7 +15,7 @@ struct Config {
   double cycle_time_ms = 1.0;                 // HOROVOD_CYCLE_TIME (milliseconds)
   int64_t fusion_threshold = 128ll << 20;     // HOROVOD_FUSION_THRESHOLD (bytes)
   int64_t cache_capacity = 1024;              // HOROVOD_CACHE_CAPACITY (entries; 0 = off)
-  int64_t slice_bytes = 16ll << 20;           // MXHOROVOD_SLICE_BYTES: bytes per MPI call
+  int64_t slice_bytes = 4ll << 20;            // MXHOROVOD_SLICE_BYTES: bytes per MPI call
   bool dynamic_process_sets = false;          // HOROVOD_DYNAMIC_PROCESS_SETS
   bool autotune = false;                      // HOROVOD_AUTOTUNE
   int64_t zero_copy_bytes = 64ll << 10;       // MXHOROVOD_ZERO_COPY_BYTES: larger goes in place

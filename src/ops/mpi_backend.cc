@@ -33,7 +33,7 @@ Status ToIntCounts(const std::vector<int64_t>& bytes, std::vector<int>* counts,
 }  // namespace
 
 MPIBackend::MPIBackend(MPI_Comm comm, int64_t slice_bytes)
-    : comm_(comm), slice_bytes_(slice_bytes > 0 ? slice_bytes : (int64_t)1 << 24) {
+    : comm_(comm), slice_bytes_(slice_bytes > 0 ? slice_bytes : (int64_t)1 << 22) {
   MPI_Comm_size(comm_, &size_);
 }
 
