@@ -65,3 +65,13 @@ def test_autotune_tries_every_candidate_and_keeps_results_right(tmp_path):
               env={"HOROVOD_AUTOTUNE": "1", "HOROVOD_AUTOTUNE_LOG": str(log),
                    "HOROVOD_AUTOTUNE_WARMUP_SAMPLES": "0",
                    "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE": "2"})
+
+
+@pytest.mark.parametrize("blocking", ["1", "0"])
+def test_scaled_sum_agreed_in_process_sets(blocking):
+    # MPICH's ring algorithms split the reduction between the ranks, so any disagreement
+    # on the op (scaled inside the reduction or not) shows as wrong numbers.
+    run_ranks(3, "scaled_sum_sets.py", timeout=240,
+              env={"MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM": "ring",
+                   "MPIR_CVAR_IALLREDUCE_INTRA_ALGORITHM": "tsp_ring",
+                   "MXHOROVOD_BLOCKING_DATA": blocking})

@@ -8,15 +8,15 @@
 //   algorithm combines each element exactly once, so the result is the sum times scale,
 //   bit for bit what a separate scaling pass gives, without the pass (Average's 1/size:
 //   a memory-bound pass of ~10 ms over ResNet-50's 102 MB here).
-// Every function is callable from any thread (an MPI progress thread included): a scaled
-// sum reads its factor from a process-wide slot written once, before its op is created.
+// The scaled sums read their factor from one process-wide value that ScaledSum sets: one
+// scaled reduction may be in flight per process at a time, which holds because the
+// background thread issues every collective and waits for each before the next.
+// (Per-factor ops would let two ranks of one communicator pick different ops once some
+// table filled up differently on each: wrong numbers under ring or tree algorithms.)
 #ifndef MXHOROVOD_OPS_REDUCE_OPS_H_
 #define MXHOROVOD_OPS_REDUCE_OPS_H_
 
 #include <mpi.h>
-
-#include <map>
-#include <utility>
 
 #include "common/common.h"
 
@@ -32,18 +32,16 @@ class ReduceOps {
   MPI_Datatype Type(DataType t) const;  // float16: a 2-byte contiguous type of ours
   // The op for a reduction; Average is a sum (the caller scales).
   MPI_Op Op(DataType t, ReduceOp op) const;
-  // An op computing (in + inout) * T(scale) for float32/float64, or MPI_OP_NULL for other
-  // dtypes or once the process's slots for distinct factors (kScaleSlots) are taken. Only
-  // valid as an allreduce op on a communicator of exactly 2 ranks.
+  // An op computing (in + inout) * T(scale) for float32/float64 (MPI_OP_NULL for other
+  // dtypes), valid for the next reduction only: it sets the process-wide factor. Only
+  // correct as an allreduce op on a communicator of exactly 2 ranks.
   MPI_Op ScaledSum(DataType t, double scale);
-
-  static constexpr int kScaleSlots = 8;
 
  private:
   MPI_Datatype float16_ = MPI_DATATYPE_NULL;
   MPI_Op f16_[4] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};  // sum min max prod
   MPI_Op f32_sum_ = MPI_OP_NULL, f64_sum_ = MPI_OP_NULL;
-  std::map<std::pair<DataType, double>, MPI_Op> scaled_;
+  MPI_Op f32_scaled_ = MPI_OP_NULL, f64_scaled_ = MPI_OP_NULL;
 };
 
 }  // namespace mxhorovod

@@ -77,8 +77,8 @@ close(yi.asnumpy(), np.array([int(sum(range(1, n + 1)) / n)], dtype="int32"), "i
 # Float Average and postscale: on 2 ranks the backend scales inside the reduction (a
 # scaled-sum MPI op); the result must be bit for bit the sum scaled in the dtype, as a
 # separate pass gives it. Alone (each waited for before the next; beyond the fusion
-# threshold and sliced in the small-buffer configuration) and fused (all at once); more
-# distinct factors than the backend's 8 slots, so some scale in a separate pass.
+# threshold and sliced in the small-buffer configuration) and fused (all at once), with
+# many distinct factors.
 def scaled_expect(xs, dtype, op, post):
     t = np.dtype(dtype).type
     if n == 2:
