@@ -73,6 +73,23 @@ def ratio(a, b):
     return a["median"] / b["median"] if b["median"] > 0 else float("nan")
 
 
+def timed_pair(fa, fb, reps, warmup=1, barrier=None):
+    """:func:`timed` of ``fa`` and ``fb`` in alternation (a, b, a, b, ...), so both see the
+    same drift of a noisy machine; returns (stats of fa, stats of fb)."""
+    for _ in range(warmup):
+        fa()
+        fb()
+    times = ([], [])
+    for _ in range(reps):
+        for fn, out in ((fa, times[0]), (fb, times[1])):
+            if barrier is not None:
+                barrier()
+            t0 = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - t0)
+    return stats(times[0]), stats(times[1])
+
+
 def either_op(table, strategy):
     """Of a floors.measure() table: the faster of ``strategy`` with MPI's built-in sum and
     with the user-defined one (``strategy + '_userop'``), as stats naming its ``strategy``."""

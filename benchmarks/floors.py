@@ -66,6 +66,26 @@ def unpack(flat, arrays):
         off += n
 
 
+def strategy_step(comm, arrays, flat, strategy):
+    """One step of a strategy by its name in the tables (``per_call``, ``pack_*``,
+    ``contiguous_*``, each optionally ``_userop``) on ``arrays`` (separate numpy arrays)
+    and ``flat`` (one buffer of their total size): a callable."""
+    op = user_sum() if strategy.endswith("_userop") else MPI.SUM
+    name = strategy[:-len("_userop")] if strategy.endswith("_userop") else strategy
+    if name == "per_call":
+        return lambda: per_call(comm, arrays, op)
+    kind, _, rest = name.partition("_")
+    slice_bytes = 0 if rest == "one_call" else int(rest[len("sliced_"):-len("MiB")]) * MiB
+    if kind == "contiguous":
+        return lambda: sliced(comm, flat, slice_bytes, op)
+
+    def packed():
+        pack(arrays, flat)
+        sliced(comm, flat, slice_bytes, op)
+        unpack(flat, arrays)
+    return packed
+
+
 def _best(table, prefix):
     keys = [k for k in table if k.startswith(prefix)]
     k = min(keys, key=lambda k: table[k]["median"])

@@ -15,10 +15,12 @@ buffer, one call or 1-16 MiB slices) and one numpy copy of the set.
 
 Trainer rows (default on; --no-trainer): ``DistributedTrainer.allreduce_grads()`` on the
 parameters of a real resnet50_v1 (the 193 set; --trainer-model), against the floor for
-separate arrays, and,
-when the trainer takes ``gradient_as_bucket_view``, with contiguous buckets against the
-contiguous floor. Configurations and Horovod rows as in allreduce.py. Prints tables and
-one JSON line.
+separate arrays, and, when the trainer takes ``gradient_as_bucket_view``, with contiguous
+buckets against the contiguous floor. The strategy each row is compared with is the one
+that won in the floors above; it is timed again in alternation with the row's steps
+(floor name "..., interleaved"), since a floor measured minutes earlier can be off by
+30% on a noisy machine. Configurations and Horovod rows as in allreduce.py. Prints
+tables and one JSON line.
 """
 import argparse
 import inspect
@@ -82,19 +84,32 @@ def trainer_variants(hvd):
     return out
 
 
-def trainer_rows(hvd, mx, comm, nets, variants, reps):
-    """allreduce_grads() of DistributedTrainer over each net's parameters."""
+def trainer_rows(hvd, mx, comm, nets, variants, reps, trainer_floors):
+    """allreduce_grads() of DistributedTrainer over each net's parameters, timed in
+    alternation with its floor's strategy on numpy arrays of the same shapes (the plain
+    trainer: the floor of separate arrays; bucket views: the fastest contiguous one), so
+    both see the same moments of a noisy machine."""
+    import numpy as np
+
+    import floors
     out = {}
     for key, kw in variants:
         params = nets[key].collect_params()
         # No broadcast_parameters: only the gradients' reduction is timed.
         trainer = hvd.DistributedTrainer(params, "sgd", {"learning_rate": 0.0}, **kw)
+        shapes = [p.shape for p in params.values() if p.grad_req != "null"]
+        arrays = [np.zeros(sh, dtype=np.float32) for sh in shapes]
+        flat = np.zeros(sum(a.size for a in arrays), dtype=np.float32)
+        strategy = trainer_floors["contiguous_best" if key == "trainer_bucket_view"
+                                  else "floor"]["strategy"]
 
         def step():
             trainer.allreduce_grads()
             mx.nd.waitall()
-        out[key] = timed(step, reps, barrier=comm.Barrier)
-        out[key]["tensors"] = sum(1 for p in params.values() if p.grad_req != "null")
+        ours, floor = common.timed_pair(step, floors.strategy_step(comm, arrays, flat, strategy),
+                                        reps, barrier=comm.Barrier)
+        out[key] = dict(ours, tensors=len(shapes),
+                        floor_interleaved=dict(floor, strategy=strategy + ", interleaved"))
     if len(variants) == 1:
         out["trainer_bucket_view"] = {"skipped": "DistributedTrainer has no "
                                                  "gradient_as_bucket_view argument"}
@@ -134,7 +149,8 @@ def worker(args):
                              "floors": measured[s]}
         del arrays
     if args.trainer:
-        result["trainer"] = trainer_rows(hvd, mx, comm, nets, variants, args.reps)
+        result["trainer"] = trainer_rows(hvd, mx, comm, nets, variants, args.reps,
+                                         trainer_floors)
         result["trainer"].update(floors=trainer_floors, model=args.trainer_model)
     hvd.shutdown()
     return result if comm.Get_rank() == 0 else None
@@ -157,7 +173,7 @@ def rows_of(res):
         t = tr.get(key)
         if not t or "skipped" in t:
             continue
-        fl = f193[floor_key] if f193 else None
+        fl = t.get("floor_interleaved") or (f193[floor_key] if f193 else None)
         out.append({"set": tr["model"], "tensors": t["tensors"], "bytes": None, "what": what,
                     "time_s": t, "floor_s": fl, "floor": fl["strategy"] if fl else None,
                     "ratio": ratio(t, fl) if fl else None})

@@ -41,7 +41,7 @@ MODELS = {"resnet50": {"batch": 8, "steps": 20}, "mnist": {"batch": 64, "steps":
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="resnet50,mnist", help="resnet50, mnist or both")
+    ap.add_argument("--model", default="resnet50,mnist", help="comma-separated: resnet50, mnist (default both)")
     ap.add_argument("--steps", type=int, default=0,
                     help="timed steps per run (default: resnet50 20, mnist 200)")
     ap.add_argument("--blocks", type=int, default=10, help="timed blocks the steps are "

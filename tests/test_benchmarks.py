@@ -69,6 +69,9 @@ def test_resnet50_gradients():
     t = rows[("mobilenet0.25", "DistributedTrainer.allreduce_grads")]
     check_stats(t["time_s"])
     assert t["tensors"] > 50 and t["ratio"] > 0
+    # The floor strategy that won, timed again in alternation with the trainer's steps.
+    assert t["floor"].endswith(", interleaved") and t["floor"].split(",")[0] in obj["floors"]["193"]
+    check_stats(t["floor_s"])
 
 
 def test_small_tensors():
