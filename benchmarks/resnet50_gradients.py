@@ -16,10 +16,10 @@ buffer, one call or 1-16 MiB slices) and one numpy copy of the set.
 Trainer rows (default on; --no-trainer): ``DistributedTrainer.allreduce_grads()`` on the
 parameters of a real resnet50_v1 (the 193 set; --trainer-model), against the floor for
 separate arrays, and, when the trainer takes ``gradient_as_bucket_view``, with contiguous
-buckets against the contiguous floor. The strategy each row is compared with is the one
-that won in the floors above; it is timed again in alternation with the row's steps
-(floor name "..., interleaved"), since a floor measured minutes earlier can be off by
-30% on a noisy machine. Configurations and Horovod rows as in allreduce.py. Prints
+buckets against the contiguous floor. Every row (sets and trainer) is compared with the
+strategy that won its floors, timed again in alternation with the row's steps (floor
+name "..., interleaved"), since a floor measured minutes earlier can be off by 30% on a
+noisy machine. Configurations and Horovod rows as in allreduce.py. Prints
 tables and one JSON line.
 """
 import argparse
@@ -28,7 +28,7 @@ import os
 import sys
 
 import common
-from common import fmt_ms, ratio, timed
+from common import fmt_ms, ratio
 
 SETS = ("161", "193")
 
@@ -84,32 +84,41 @@ def trainer_variants(hvd):
     return out
 
 
-def trainer_rows(hvd, mx, comm, nets, variants, reps, trainer_floors):
-    """allreduce_grads() of DistributedTrainer over each net's parameters, timed in
-    alternation with its floor's strategy on numpy arrays of the same shapes (the plain
-    trainer: the floor of separate arrays; bucket views: the fastest contiguous one), so
-    both see the same moments of a noisy machine."""
+def interleaved(comm, shapes, strategy, step, reps):
+    """``step`` timed in alternation with the floor ``strategy`` on numpy arrays of
+    ``shapes`` (both then see the same moments of a noisy machine; a floor measured
+    minutes earlier can be off by 30% here). Returns (stats of step, stats of the floor
+    with its ``strategy`` named '..., interleaved')."""
     import numpy as np
 
     import floors
+    # Each rank timed the floors itself and may have seen another winner: rank 0's counts.
+    strategy = comm.bcast(strategy, root=0)
+    arrays = [np.zeros(sh, dtype=np.float32) for sh in shapes]
+    flat = np.zeros(sum(a.size for a in arrays), dtype=np.float32)
+    ours, floor = common.timed_pair(step, floors.strategy_step(comm, arrays, flat, strategy),
+                                    reps, barrier=comm.Barrier)
+    return ours, dict(floor, strategy=strategy + ", interleaved")
+
+
+def trainer_rows(hvd, mx, comm, nets, variants, reps, trainer_floors):
+    """allreduce_grads() of DistributedTrainer over each net's parameters, timed
+    :func:`interleaved` with the strategy that won its floors (the plain trainer: the
+    floor of separate arrays; bucket views: the fastest contiguous one)."""
     out = {}
     for key, kw in variants:
         params = nets[key].collect_params()
         # No broadcast_parameters: only the gradients' reduction is timed.
         trainer = hvd.DistributedTrainer(params, "sgd", {"learning_rate": 0.0}, **kw)
         shapes = [p.shape for p in params.values() if p.grad_req != "null"]
-        arrays = [np.zeros(sh, dtype=np.float32) for sh in shapes]
-        flat = np.zeros(sum(a.size for a in arrays), dtype=np.float32)
         strategy = trainer_floors["contiguous_best" if key == "trainer_bucket_view"
                                   else "floor"]["strategy"]
 
         def step():
             trainer.allreduce_grads()
             mx.nd.waitall()
-        ours, floor = common.timed_pair(step, floors.strategy_step(comm, arrays, flat, strategy),
-                                        reps, barrier=comm.Barrier)
-        out[key] = dict(ours, tensors=len(shapes),
-                        floor_interleaved=dict(floor, strategy=strategy + ", interleaved"))
+        ours, floor = interleaved(comm, shapes, strategy, step, reps)
+        out[key] = dict(ours, tensors=len(shapes), floor_interleaved=floor)
     if len(variants) == 1:
         out["trainer_bucket_view"] = {"skipped": "DistributedTrainer has no "
                                                  "gradient_as_bucket_view argument"}
@@ -144,9 +153,10 @@ def worker(args):
         step = common.per_tensor_step(hvd, mx, arrays, "g%s" % s)
         common.check_sum(mx, arrays, step, p, "%s, set %s" % (args.impl, s))
         n = sum(a.size for a in arrays)
-        result["sets"][s] = {"tensors": len(arrays), "bytes": 4 * n,
-                             "per_tensor": timed(step, args.reps, barrier=comm.Barrier),
-                             "floors": measured[s]}
+        ours, floor = interleaved(comm, shapes, measured[s]["floor"]["strategy"], step,
+                                  args.reps)
+        result["sets"][s] = {"tensors": len(arrays), "bytes": 4 * n, "per_tensor": ours,
+                             "floor_interleaved": floor, "floors": measured[s]}
         del arrays
     if args.trainer:
         result["trainer"] = trainer_rows(hvd, mx, comm, nets, variants, args.reps,
@@ -160,11 +170,10 @@ def rows_of(res):
     """Flat rows: (impl, config, set, what, stats, floor stats, floor name)."""
     out = []
     for s, d in res.get("sets", {}).items():
-        f = d["floors"]
+        f = d.get("floor_interleaved") or d["floors"]["floor"]
         out.append({"set": s, "tensors": d["tensors"], "bytes": d["bytes"],
                     "what": "allreduce_ per tensor", "time_s": d["per_tensor"],
-                    "floor_s": f["floor"], "floor": f["floor"]["strategy"],
-                    "ratio": ratio(d["per_tensor"], f["floor"])})
+                    "floor_s": f, "floor": f["strategy"], "ratio": ratio(d["per_tensor"], f)})
     tr = res.get("trainer", {})
     f193 = tr.get("floors")
     for key, what, floor_key in (("trainer", "DistributedTrainer.allreduce_grads", "floor"),

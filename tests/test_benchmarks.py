@@ -62,7 +62,9 @@ def test_resnet50_gradients():
         r = rows[(s, "allreduce_ per tensor")]
         assert r["tensors"] == 8
         check_stats(r["time_s"])
-        assert r["floor"] in ("per_call", "per_call_userop") or r["floor"].startswith("pack_")
+        strategy, _, interleaved = r["floor"].partition(", ")
+        assert interleaved == "interleaved", r["floor"]
+        assert strategy in ("per_call", "per_call_userop") or strategy.startswith("pack_")
         assert set(obj["floors"][s]) >= {"per_call", "pack_one_call", "contiguous_one_call",
                                          "per_call_userop", "pack_one_call_userop",
                                          "contiguous_one_call_userop", "copy", "floor",
