@@ -38,6 +38,8 @@ Config Config::FromEnv() {
   c.autotune = EnvBool("HOROVOD_AUTOTUNE", false);
   c.dynamic_process_sets = EnvBool("HOROVOD_DYNAMIC_PROCESS_SETS", false);
   if (c.slice_bytes < 1024) c.slice_bytes = 1024;
+  // One MPI call takes an int element count: 1 GiB keeps it in range for every dtype.
+  if (c.slice_bytes > (1ll << 30)) c.slice_bytes = 1ll << 30;
   // [hierarchical allreduce, issue 7] Horovod's reading: a number, on when above 0.
   c.hierarchical_allreduce = EnvNumber("HOROVOD_HIERARCHICAL_ALLREDUCE", 0) > 0;
   const char* timeline = std::getenv("HOROVOD_TIMELINE");
