@@ -122,6 +122,7 @@ class DistributedTrainer(mx.gluon.Trainer):
         self._gradient_predivide_factor = float(gradient_predivide_factor)
         self._prefix = prefix if prefix is not None else \
             "DistributedTrainer.%d." % next(_INSTANCES)
+        self._names = {}  # parameter index -> collective name (_name)
         self._num_groups = int(num_groups)
         self._process_set = process_set
         _check_member(process_set, "DistributedTrainer")
@@ -137,7 +138,11 @@ class DistributedTrainer(mx.gluon.Trainer):
     def _name(self, i):
         # The same name every step: the core matches it in engine order, and the response
         # cache then answers the negotiation without a round trip to the coordinator.
-        return "%s%d" % (self._prefix, i)
+        # Made once per parameter (this runs for every gradient of every step).
+        name = self._names.get(i)
+        if name is None:
+            name = self._names[i] = "%s%d" % (self._prefix, i)
+        return name
 
     def _allreduce_grads(self):
         # Buckets are bound even on one rank, so param.grad() is the same kind of array
@@ -159,8 +164,9 @@ class DistributedTrainer(mx.gluon.Trainer):
             if self._num_groups > 0:
                 self._allreduce_grouped(dense)
             else:
+                kwargs = self._reduce_kwargs()
                 for i, grad in dense:
-                    self._allreduce_one(i, grad)
+                    self._allreduce_one(i, grad, kwargs)
             for i, grad in sparse:
                 self._allreduce_row_sparse(i, grad)
 
@@ -191,10 +197,9 @@ class DistributedTrainer(mx.gluon.Trainer):
                     if t is not buckets[k].flat:
                         buckets[k].flat[:] = self._compression.decompress(t, ctx)
 
-    def _allreduce_one(self, i, grad):
+    def _allreduce_one(self, i, grad, kwargs):
         sent, ctx = self._compression.compress(grad)
-        allreduce_(sent, name=self._name(i), priority=self._priorities[i],
-                   **self._reduce_kwargs())
+        allreduce_(sent, name=self._name(i), priority=self._priorities[i], **kwargs)
         if sent is not grad:  # never copy an array onto itself: that engine op never runs
             grad[:] = self._compression.decompress(sent, ctx)
 
