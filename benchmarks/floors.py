@@ -21,7 +21,7 @@ test may use its own op (mxhorovod does); the derived floors take the faster.
 import numpy as np
 from mpi4py import MPI
 
-from common import MiB, timed
+from common import MiB, timed, timed_pair
 
 SLICE_SIZES = (1 * MiB, 4 * MiB, 16 * MiB)
 
@@ -84,6 +84,20 @@ def strategy_step(comm, arrays, flat, strategy):
         sliced(comm, flat, slice_bytes, op)
         unpack(flat, arrays)
     return packed
+
+
+def interleaved(comm, shapes, strategy, step, reps):
+    """``step`` timed in alternation with the floor ``strategy`` on numpy arrays of
+    ``shapes`` (both then see the same moments of a noisy machine; a floor measured
+    minutes earlier can be off by 30% here). Returns (stats of step, stats of the floor
+    with its ``strategy`` named '..., interleaved')."""
+    # Each rank timed the floors itself and may have seen another winner: rank 0's counts.
+    strategy = comm.bcast(strategy, root=0)
+    arrays = [np.zeros(sh, dtype=np.float32) for sh in shapes]
+    flat = np.zeros(sum(a.size for a in arrays), dtype=np.float32)
+    ours, floor = timed_pair(step, strategy_step(comm, arrays, flat, strategy),
+                                    reps, barrier=comm.Barrier)
+    return ours, dict(floor, strategy=strategy + ", interleaved")
 
 
 def _best(table, prefix):

@@ -84,27 +84,11 @@ def trainer_variants(hvd):
     return out
 
 
-def interleaved(comm, shapes, strategy, step, reps):
-    """``step`` timed in alternation with the floor ``strategy`` on numpy arrays of
-    ``shapes`` (both then see the same moments of a noisy machine; a floor measured
-    minutes earlier can be off by 30% here). Returns (stats of step, stats of the floor
-    with its ``strategy`` named '..., interleaved')."""
-    import numpy as np
-
-    import floors
-    # Each rank timed the floors itself and may have seen another winner: rank 0's counts.
-    strategy = comm.bcast(strategy, root=0)
-    arrays = [np.zeros(sh, dtype=np.float32) for sh in shapes]
-    flat = np.zeros(sum(a.size for a in arrays), dtype=np.float32)
-    ours, floor = common.timed_pair(step, floors.strategy_step(comm, arrays, flat, strategy),
-                                    reps, barrier=comm.Barrier)
-    return ours, dict(floor, strategy=strategy + ", interleaved")
-
-
 def trainer_rows(hvd, mx, comm, nets, variants, reps, trainer_floors):
     """allreduce_grads() of DistributedTrainer over each net's parameters, timed
-    :func:`interleaved` with the strategy that won its floors (the plain trainer: the
+    :func:`floors.interleaved` with the strategy that won its floors (the plain trainer: the
     floor of separate arrays; bucket views: the fastest contiguous one)."""
+    import floors
     out = {}
     for key, kw in variants:
         params = nets[key].collect_params()
@@ -117,7 +101,7 @@ def trainer_rows(hvd, mx, comm, nets, variants, reps, trainer_floors):
         def step():
             trainer.allreduce_grads()
             mx.nd.waitall()
-        ours, floor = interleaved(comm, shapes, strategy, step, reps)
+        ours, floor = floors.interleaved(comm, shapes, strategy, step, reps)
         out[key] = dict(ours, tensors=len(shapes), floor_interleaved=floor)
     if len(variants) == 1:
         out["trainer_bucket_view"] = {"skipped": "DistributedTrainer has no "
@@ -153,8 +137,8 @@ def worker(args):
         step = common.per_tensor_step(hvd, mx, arrays, "g%s" % s)
         common.check_sum(mx, arrays, step, p, "%s, set %s" % (args.impl, s))
         n = sum(a.size for a in arrays)
-        ours, floor = interleaved(comm, shapes, measured[s]["floor"]["strategy"], step,
-                                  args.reps)
+        ours, floor = floors.interleaved(comm, shapes, measured[s]["floor"]["strategy"], step,
+                                         args.reps)
         result["sets"][s] = {"tensors": len(arrays), "bytes": 4 * n, "per_tensor": ours,
                              "floor_interleaved": floor, "floors": measured[s]}
         del arrays

@@ -8,7 +8,8 @@ with Sum, then ``mx.nd.waitall()``: either one named ``hvd.allreduce_`` per tens
 the same mpirun before ``hvd.init()`` (floors.py): mpi4py's ``comm.Allreduce`` once per
 numpy array ("per_call", the floor of "each") and pack + one call + unpack
 ("pack_one_call", the floor of "grouped"), each the faster of MPI's built-in sum and a
-user-defined one ("_userop", see floors.py). A third row, "engine_noop", times one MXNet
+user-defined one ("_userop", see floors.py); the winner (rank 0's) is timed again in
+alternation with the row's steps ("..., interleaved"), so both see the same moments. A third row, "engine_noop", times one MXNet
 engine operation per tensor that completes at once (mxhorovod._core.engine_noop; no
 communication): the cost per call that MXNet's engine adds to any collective pushed into
 it, shown beside "each". Figures are the median (min..max) over --reps
@@ -62,7 +63,7 @@ def worker(args):
         hvd.grouped_allreduce_(arrays, op=hvd.Sum, name="small.group")
         mx.nd.waitall()
 
-    rows = {}
+    rows, interleaved = {}, {}
     try:
         from mxhorovod import _core as mxh_core
     except ImportError:  # Horovod's run without mxhorovod on the path
@@ -84,20 +85,23 @@ def worker(args):
             raise SystemExit("%s: allreduce of ones over %d ranks gave %s" % (what, p, got))
         for a in arrays:
             a[:] = 0
-        rows[what] = timed(step, args.reps, barrier=comm.Barrier)
+        strategy = either_op(measured, "per_call" if what == "each" else "pack_one_call")
+        rows[what], interleaved[what] = floors.interleaved(
+            comm, [shape] * args.count, strategy["strategy"], step, args.reps)
     hvd.shutdown()
     if comm.Get_rank() != 0:
         return None
     return {"ranks": p, "module": hvd.__file__, "count": args.count, "bytes": args.bytes,
             "each": rows["each"], "grouped": rows["grouped"],
-            "engine_noop": rows.get("engine_noop"), "floors": measured}
+            "engine_noop": rows.get("engine_noop"), "floors": measured,
+            "floors_interleaved": interleaved}
 
 
 def rows_of(res):
     f = res["floors"]
     out = []
     for what, strategy in (("each", "per_call"), ("grouped", "pack_one_call")):
-        floor = either_op(f, strategy)
+        floor = res.get("floors_interleaved", {}).get(what) or either_op(f, strategy)
         out.append({"impl": res["impl"], "config": res["config"], "what": what,
                     "count": res["count"], "bytes": res["bytes"], "time_s": res[what],
                     "floor": floor["strategy"], "floor_s": floor,

@@ -83,8 +83,9 @@ def test_small_tensors():
     obj = run_script("small_tensors.py")
     rows = {r["what"]: r for r in obj["rows"]}
     assert set(rows) == {"each", "grouped", "engine_noop"}
-    assert rows["each"]["floor"] in ("per_call", "per_call_userop")
-    assert rows["grouped"]["floor"] in ("pack_one_call", "pack_one_call_userop")
+    assert rows["each"]["floor"] in ("per_call, interleaved", "per_call_userop, interleaved")
+    assert rows["grouped"]["floor"] in ("pack_one_call, interleaved",
+                                        "pack_one_call_userop, interleaved")
     # MXNet's own cost of one engine operation per tensor, beside "each".
     assert rows["engine_noop"]["impl"] == "mxnet"
     assert rows["engine_noop"]["floor"] in ("per_call", "per_call_userop")
