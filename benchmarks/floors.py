@@ -27,6 +27,7 @@ SLICE_SIZES = (1 * MiB, 4 * MiB, 16 * MiB)
 
 
 _NUMPY_OF = {}  # MPI datatype handle -> numpy dtype, for the user-defined sum
+_USER_SUM = []  # the one user-defined sum op of the process, made on first use
 
 
 def _numpy_add(inbuf, inoutbuf, datatype):
@@ -36,10 +37,12 @@ def _numpy_add(inbuf, inoutbuf, datatype):
 
 
 def user_sum():
-    """A commutative user-defined MPI sum (numpy.add) for float32/float64 buffers."""
-    if not _NUMPY_OF:
+    """The commutative user-defined MPI sum (numpy.add) for float32/float64 buffers (one
+    per process, never freed)."""
+    if not _USER_SUM:
         _NUMPY_OF.update({MPI.FLOAT.py2f(): np.float32, MPI.DOUBLE.py2f(): np.float64})
-    return MPI.Op.Create(_numpy_add, commute=True)
+        _USER_SUM.append(MPI.Op.Create(_numpy_add, commute=True))
+    return _USER_SUM[0]
 
 
 def per_call(comm, arrays, op=MPI.SUM):
@@ -95,8 +98,8 @@ def interleaved(comm, shapes, strategy, step, reps):
     strategy = comm.bcast(strategy, root=0)
     arrays = [np.zeros(sh, dtype=np.float32) for sh in shapes]
     flat = np.zeros(sum(a.size for a in arrays), dtype=np.float32)
-    ours, floor = timed_pair(step, strategy_step(comm, arrays, flat, strategy),
-                                    reps, barrier=comm.Barrier)
+    ours, floor = timed_pair(step, strategy_step(comm, arrays, flat, strategy), reps,
+                             barrier=comm.Barrier)
     return ours, dict(floor, strategy=strategy + ", interleaved")
 
 
@@ -116,31 +119,15 @@ def measure(comm, shapes, reps, contiguous=True, slices=SLICE_SIZES, dtype=np.fl
     arrays = [np.zeros(s, dtype=dtype) for s in shapes]
     total = sum(a.size for a in arrays)
     flat = np.zeros(total, dtype=dtype)
-    bar = comm.Barrier
+    ways = ["one_call"] + ["sliced_%dMiB" % (sb // MiB) for sb in slices
+                           if sb < total * flat.itemsize]
+    layouts = ("pack", "contiguous") if contiguous else ("pack",)
+    names = ["per_call"] + ["%s_%s" % (layout, way) for layout in layouts for way in ways]
     out = {}
-    uop = user_sum()
-    for suffix, op in (("", MPI.SUM), ("_userop", uop)):
-        out["per_call" + suffix] = timed(lambda: per_call(comm, arrays, op), reps, barrier=bar)
-
-        def packed(slice_bytes):
-            def step():
-                pack(arrays, flat)
-                sliced(comm, flat, slice_bytes, op)
-                unpack(flat, arrays)
-            return step
-        out["pack_one_call" + suffix] = timed(packed(0), reps, barrier=bar)
-        for sb in slices:
-            if sb < total * flat.itemsize:
-                out["pack_sliced_%dMiB%s" % (sb // MiB, suffix)] = timed(packed(sb), reps,
-                                                                          barrier=bar)
-        if contiguous:
-            out["contiguous_one_call" + suffix] = timed(lambda: sliced(comm, flat, 0, op),
-                                                        reps, barrier=bar)
-            for sb in slices:
-                if sb < total * flat.itemsize:
-                    out["contiguous_sliced_%dMiB%s" % (sb // MiB, suffix)] = timed(
-                        lambda sb=sb: sliced(comm, flat, sb, op), reps, barrier=bar)
-    uop.Free()
+    for suffix in ("", "_userop"):
+        for name in names:
+            out[name + suffix] = timed(strategy_step(comm, arrays, flat, name + suffix), reps,
+                                       barrier=comm.Barrier)
     if contiguous:
         dst = np.empty_like(flat)
         out["copy"] = timed(lambda: np.copyto(dst, flat), reps)

@@ -41,20 +41,17 @@ Status Executor::Run(const Response& resp, const std::vector<TensorTableEntry*>&
 Status Executor::Allreduce(const Response& resp, const std::vector<TensorTableEntry*>& entries) {
   const DataType dt = resp.dtype;
   const int esize = DTypeSize(dt);
-  double post = resp.postscale;
-  int divisor = resp.reduce_op == ReduceOp::kAverage ? size_ : 1;
-  // The backend may apply postscale / divisor inside the reduction (floating point only:
-  // an integer Average divides exactly, see ScaleBuffer); then nothing is left to scale.
-  const bool real = dt == DataType::kFloat32 || dt == DataType::kFloat64;
-  const double scale = real ? post / divisor : 1.0;
-  bool scaled = false;
+  const double post = resp.postscale;
+  const int divisor = resp.reduce_op == ReduceOp::kAverage ? size_ : 1;
   if (entries.size() == 1) {
-    // Alone in its group: reduce in the output itself, no fusion-buffer copies.
+    // Alone in its group: reduce in the output itself, no fusion-buffer copies; the
+    // backend may apply postscale / divisor inside the reduction, saving a pass.
     TensorTableEntry* e = entries[0];
     const int64_t n = e->input.num_elements();
     ScaleCopy(e->output.data, e->input.data, n, dt, resp.prescale);
+    bool scaled = false;
     Timeline::Get().ActivityStart(e->request.name, MPIActivityName(OpType::kAllreduce));  // [timeline]
-    auto s = backend_->Allreduce(e->output.data, n, dt, resp.reduce_op, scale, &scaled);
+    auto s = backend_->Allreduce(e->output.data, n, dt, resp.reduce_op, post / divisor, &scaled);
     Timeline::Get().ActivityEnd(e->request.name);  // [timeline]
     if (!s.ok()) return s;
     if (!scaled) ScaleBuffer(e->output.data, n, dt, post, divisor);
@@ -75,10 +72,11 @@ Status Executor::Allreduce(const Response& resp, const std::vector<TensorTableEn
   }
   timeline.ActivityEndAll(entries);                                          // [timeline]
   timeline.ActivityStartAll(entries, MPIActivityName(OpType::kAllreduce));  // [timeline]
-  auto s = backend_->Allreduce(buf, total, dt, resp.reduce_op, scale, &scaled);
+  // Not scaled by the backend: the unpack copy below carries the scale at no extra pass.
+  bool scaled = false;
+  auto s = backend_->Allreduce(buf, total, dt, resp.reduce_op, 1.0, &scaled);
   timeline.ActivityEndAll(entries);                                          // [timeline]
   if (!s.ok()) return s;
-  if (scaled) post = 1.0, divisor = 1;
   timeline.ActivityStartAll(entries, kActivityMemcpyOut);  // [timeline]
   off = 0;
   for (auto* e : entries) {

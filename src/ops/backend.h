@@ -18,7 +18,8 @@ class Backend {
   // In place: buf holds this rank's count elements, and the reduction on return (Average:
   // the sum). The caller wants the result multiplied by `scale` (1: not at all): a backend
   // that can do that inside the reduction, at no extra pass and with the same result as
-  // ScaleBuffer's, does and sets *scaled; otherwise *scaled is false and the caller scales.
+  // ScaleBuffer's (so never for integers, which ScaleBuffer divides exactly), does and
+  // sets *scaled; otherwise *scaled is false and the caller scales.
   virtual Status Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp op, double scale,
                            bool* scaled) = 0;
   virtual Status Broadcast(void* buf, int64_t bytes, int root) = 0;

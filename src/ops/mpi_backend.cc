@@ -37,8 +37,6 @@ MPIBackend::MPIBackend(MPI_Comm comm, int64_t slice_bytes)
   MPI_Comm_size(comm_, &size_);
 }
 
-MPIBackend::~MPIBackend() = default;
-
 Status MPIBackend::Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp op,
                              double scale, bool* scaled) {
   MPI_Op mpi_op = Op(dtype, op);

@@ -15,7 +15,6 @@ namespace mxhorovod {
 class MPIBackend : public Backend {
  public:
   MPIBackend(MPI_Comm comm, int64_t slice_bytes);
-  ~MPIBackend() override;
   const char* name() const override { return "MPI"; }
   void set_slice_bytes(int64_t bytes) { slice_bytes_ = bytes > 0 ? bytes : slice_bytes_; }
   // Sum/Average of float32/float64 use the library's own ops (ops/reduce_ops.h); on a
