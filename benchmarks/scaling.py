@@ -4,29 +4,40 @@
     python benchmarks/scaling.py --model mnist --steps 400
 
 For each model, on synthetic data (random images and labels, so no disk or decoding in
-the way), SGD with momentum, one OpenMP thread per process, this script runs in turn:
+the way), SGD with momentum, one OpenMP thread per process, one mpirun of ``--np`` ranks per
+library (mxhorovod, and Horovod when importable) runs these modes **in alternation, block
+by block** (a block: the steps of one mode, ended by ``mx.nd.waitall()``), so that every
+mode sees the same moments of a noisy machine (measured in separate launches minutes apart,
+the rates of one configuration drifted by 20-30% on the 2-core machine of
+docs/benchmarks.md, more than the differences measured):
 
-1. one process alone, a plain ``gluon.Trainer`` (kvstore=None): throughput(1);
-2. ``--np`` ranks under mpirun, ``hvd.DistributedTrainer``: throughput(p), all ranks'
-   images together; for mxhorovod also with ``gradient_as_bucket_view=True`` (row
-   "mxhorovod bucket views": the gradients live in flat buckets, reduced with no packing);
-3. the ceiling: ``--np`` independent single processes (plain Trainer, no communication)
-   at the same time; what the cores and memory bandwidth allow with no communication at all;
-4. lockstep: ``--np`` ranks under mpirun, plain Trainer, and after every step
-   ``mx.nd.waitall()`` and an MPI barrier (mpi4py), no gradient exchange: what keeping the
-   ranks in step costs by itself (each step waits for the slowest rank, and the ranks' busy
-   phases line up on the shared cores and memory). No synchronous data-parallel training can
-   beat it; the waitall also keeps Python from running ahead, so it is a slightly low bound.
+1. "1 process": rank 0 trains alone with a plain ``gluon.Trainer`` (kvstore=None) while
+   the other ranks sleep (a nonblocking barrier polled every millisecond): throughput(1);
+2. "independent": every rank trains with a plain Trainer, no communication within the
+   block: what the cores and memory bandwidth allow with no communication at all (each
+   rank's rate over its own block time, summed);
+3. "lockstep": plain Trainer, and after every step ``mx.nd.waitall()`` and an MPI barrier
+   (mpi4py), no gradient exchange: what keeping the ranks in step costs by itself (each
+   step waits for the slowest rank, and the ranks' busy phases line up on the shared cores
+   and memory). No synchronous data-parallel training can beat it; the waitall also keeps
+   Python from running ahead, so it is a slightly low bound;
+4. the library's ``DistributedTrainer``: throughput(p), all ranks' images together (the
+   slowest rank's block time); for mxhorovod also with ``gradient_as_bucket_view=True``
+   (row "mxhorovod bucket views": the gradients live in flat buckets, reduced with no
+   packing).
 
-Scaling efficiency = throughput(p) / (p x throughput(1)); ceiling = sum of the independent
-processes' throughputs / (p x throughput(1)); the gap between them is what communication
-and synchronization cost, and the lockstep row splits it: ceiling - lockstep is the price of
-synchronization alone, lockstep - efficiency that of the gradient exchange. Each throughput is images/sec over blocks of steps (each block ends with
-``mx.nd.waitall()``), the median (min..max) over --blocks blocks after --warmup steps.
+Each mode trains its own copy of the model (same architecture and initialization), so the
+trainers never share gradient arrays. Per round (one block of each mode, the starting mode
+rotating from round to round): scaling efficiency = throughput(p) / (p x throughput(1));
+ceiling = sum of the independent ranks' throughputs / (p x throughput(1)); the gap between
+them is what communication and synchronization cost, and the lockstep row splits it:
+ceiling - lockstep is the price of synchronization alone, lockstep - efficiency that of the
+gradient exchange. Reported: the median (min..max) over --blocks rounds of each per-round
+figure, after --warmup steps of every mode. The library stays loaded in every mode (its
+background thread idle outside its own blocks), as in a real job.
 Models: "resnet50" (``mxnet.gluon.model_zoo.vision.resnet50_v1``, batch 8 per rank,
 3 x --image-size^2 images, 1000 classes) and "mnist" (the CNN of examples/mxnet_mnist.py,
-imported from there; batch 64 per rank, 1 x 28 x 28). With Horovod importable
-(--horovod-python), step 2 is run for it too. Prints a table and one JSON line.
+imported from there; batch 64 per rank, 1 x 28 x 28). Prints a table and one JSON line.
 """
 import argparse
 import os
@@ -43,18 +54,16 @@ def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="resnet50,mnist", help="comma-separated: resnet50, mnist (default both)")
     ap.add_argument("--steps", type=int, default=0,
-                    help="timed steps per run (default: resnet50 20, mnist 200)")
-    ap.add_argument("--blocks", type=int, default=10, help="timed blocks the steps are "
-                    "split into (the median is over blocks)")
-    ap.add_argument("--warmup", type=int, default=3, help="untimed steps first")
+                    help="timed steps per mode (default: resnet50 20, mnist 200)")
+    ap.add_argument("--blocks", type=int, default=10, help="rounds: each mode's timed "
+                    "steps are split into this many blocks, one per round (the medians are "
+                    "over rounds)")
+    ap.add_argument("--warmup", type=int, default=3, help="untimed steps of each mode first")
     ap.add_argument("--batch-size", type=int, default=0,
                     help="per rank (default: resnet50 8, mnist 64)")
     ap.add_argument("--image-size", type=int, default=224, help="resnet50 input size")
     ap.add_argument("--quick", action="store_true", help="2 blocks of 1-2 steps, ResNet-50 "
                     "on 32 x 32 images (the smoke test)")
-    ap.add_argument("--trainer", default="dist", choices=["dist", "plain", "lockstep"],
-                    help=argparse.SUPPRESS)
-    ap.add_argument("--bucket-view", action="store_true", help=argparse.SUPPRESS)
     common.add_launch_args(ap, configs=("default",))
     args = ap.parse_args(argv)
     args.models = [m for m in args.model.split(",") if m]
@@ -92,140 +101,161 @@ def build(model, args, impl):
     return build_net(), (1, 28, 28), 10
 
 
+def idle_barrier(comm):
+    """A barrier that sleeps while it waits (MPI's blocking one polls a core at full speed,
+    which would take a core from the rank that trains alone)."""
+    req = comm.Ibarrier()
+    while not req.Test():
+        time.sleep(0.001)
+
+
+def modes_for(impl):
+    return ["one", "independent", "lockstep", "dist"] + (["views"] if impl == "mxhorovod" else [])
+
+
 def worker(args):
-    """One training run; the result on rank 0 (every rank of a plain run is rank 0)."""
+    """The modes in alternation; the per-round rates on rank 0."""
     import mxnet as mx
+    from mpi4py import MPI
     from mxnet import autograd, gluon
 
     model = args.models[0]
-    dist = args.trainer == "dist"
-    lockstep = args.trainer == "lockstep"
-    comm = None
-    size = 1
-    if dist or lockstep:
-        from mpi4py import MPI
-        comm, size = MPI.COMM_WORLD, MPI.COMM_WORLD.Get_size()
-    if dist:
-        hvd = common.load_hvd(args.impl)
-        hvd.init()
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    hvd = common.load_hvd(args.impl)
+    hvd.init()
     batch, steps = batch_for(args, model), steps_for(args, model)
-    mx.random.seed(1)
-    net, shape, classes = build(model, args, args.impl)
-    net.initialize(mx.init.Xavier(magnitude=2.0))
-    net.hybridize(static_alloc=True, static_shape=True)
-    x = mx.nd.random.uniform(shape=(batch,) + shape)
-    y = mx.nd.random.randint(0, classes, shape=(batch,)).astype("float32")
-    with autograd.record():  # deferred initialization; a training-mode forward, since
-        net(x).wait_to_read()  # an inference one lets MKLDNN reorder the weights
-    opt = {"learning_rate": 0.01 * size, "momentum": 0.9}
-    if dist:
-        views = {"gradient_as_bucket_view": True} if args.bucket_view else {}
-        trainer = hvd.DistributedTrainer(net.collect_params(), "sgd", opt, **views)
-        hvd.broadcast_parameters(net.collect_params(), root_rank=0)
-    else:
-        trainer = gluon.Trainer(net.collect_params(), "sgd", opt, kvstore=None)
+    modes = modes_for(args.impl)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    mx.random.seed(1)
+    x = y = None
+    opt = {"learning_rate": 0.01 * size, "momentum": 0.9}
+    nets, trainers = {}, {}
+    for kind in ("plain", "dist", "views") if "views" in modes else ("plain", "dist"):
+        mx.random.seed(1)
+        net, shape, classes = build(model, args, args.impl)
+        net.initialize(mx.init.Xavier(magnitude=2.0))
+        net.hybridize(static_alloc=True, static_shape=True)
+        if x is None:
+            x = mx.nd.random.uniform(shape=(batch,) + shape)
+            y = mx.nd.random.randint(0, classes, shape=(batch,)).astype("float32")
+        with autograd.record():  # deferred initialization; a training-mode forward, since
+            net(x).wait_to_read()  # an inference one lets MKLDNN reorder the weights
+        if kind == "plain":
+            trainers[kind] = gluon.Trainer(net.collect_params(), "sgd", opt, kvstore=None)
+        else:
+            views = {"gradient_as_bucket_view": True} if kind == "views" else {}
+            trainers[kind] = hvd.DistributedTrainer(net.collect_params(), "sgd", opt, **views)
+            hvd.broadcast_parameters(net.collect_params(), root_rank=0)
+            mx.nd.waitall()  # the nets' parameter names (hence broadcast names) may repeat
+        nets[kind] = net
 
-    def step():
+    def step(mode):
+        kind = mode if mode in ("dist", "views") else "plain"
+        net, trainer = nets[kind], trainers[kind]
         with autograd.record():
             loss = loss_fn(net(x), y)
         loss.backward()
         trainer.step(batch)
-        if lockstep:
+        if mode == "lockstep":
             mx.nd.waitall()
             comm.Barrier()
 
-    for _ in range(args.warmup):
-        step()
-    mx.nd.waitall()
+    def block(mode, n):
+        """Images/s of this rank over n steps of ``mode`` (None where it does not train)."""
+        idle_barrier(comm)
+        rate = None
+        if mode != "one" or rank == 0:
+            t0 = time.perf_counter()
+            for _ in range(n):
+                step(mode)
+            mx.nd.waitall()
+            dt = time.perf_counter() - t0
+            rate = n * batch / dt
+        idle_barrier(comm)
+        return rate
+
+    for mode in modes:
+        block(mode, args.warmup)
     per_block = max(1, steps // args.blocks)
-    rates = []
-    for _ in range(args.blocks):
-        if comm is not None:
-            comm.Barrier()
-        t0 = time.perf_counter()
-        for _ in range(per_block):
-            step()
-        mx.nd.waitall()
-        dt = time.perf_counter() - t0
-        if comm is not None:
-            dt = comm.allreduce(dt, op=MPI.MAX)  # the slowest rank sets the pace
-        rates.append(per_block * batch * size / dt)
-    if dist:
-        hvd.shutdown()
-    if comm is not None and comm.Get_rank() != 0:
+    rounds = []
+    for r in range(args.blocks):
+        order = modes[r % len(modes):] + modes[:r % len(modes)]
+        rates = {}
+        for mode in order:
+            rate = block(mode, per_block)
+            every = comm.gather(rate, root=0)
+            if rank == 0:
+                if mode == "one":
+                    rates[mode] = rate
+                elif mode == "independent":
+                    rates[mode] = sum(every)
+                else:  # the slowest rank sets the pace of a synchronous job
+                    rates[mode] = size * min(every)
+        rounds.append(rates)
+    hvd.shutdown()
+    if rank != 0:
         return None
-    return {"model": model, "ranks": size, "trainer": args.trainer, "batch": batch,
-            "steps": per_block * args.blocks, "images_per_s": stats(rates),
-            "module": hvd.__file__ if dist else None}
+    return {"model": model, "ranks": size, "impl": args.impl, "batch": batch,
+            "steps_per_block": per_block, "rounds": rounds, "module": hvd.__file__}
 
 
 def run_model(args, model):
-    """The three runs for ``model``; returns a result dict."""
+    """One alternating run per library; returns {"model", "p", "runs": {impl: result}}."""
     script = os.path.abspath(__file__)
     base = ["--worker", "--model", model, "--blocks", args.blocks, "--warmup", args.warmup,
             "--image-size", args.image_size, "--steps", steps_for(args, model),
             "--batch-size", batch_for(args, model)]
-    plain = base + ["--trainer", "plain"]
-    env = common.rank_env()
-    one = common.launch(1, script, plain, timeout=args.timeout)
-    out = {"model": model, "one": one, "p": args.np}
-    out["dist"] = {}
+    out = {"model": model, "p": args.np, "runs": {}}
     for impl, config, python in common.runs(args):
         try:
-            out["dist"][common.label({"impl": impl, "config": config})] = common.launch(
-                args.np, script, base + ["--impl", impl, "--config", config,
-                                         "--trainer", "dist"],
+            out["runs"][impl] = common.launch(
+                args.np, script, base + ["--impl", impl, "--config", config],
                 python=python, env=common.CONFIGS[config], timeout=args.timeout)
         except RuntimeError as e:
             print("launch failed (%s): %s" % (impl, e), file=sys.stderr)
-            out["dist"][common.label({"impl": impl, "config": config})] = {
-                "error": common.error_summary(e)}
-    if "default" in args.configs:
-        name = "mxhorovod bucket views"
-        try:
-            out["dist"][name] = common.launch(
-                args.np, script, base + ["--impl", "mxhorovod", "--config", "default",
-                                         "--trainer", "dist", "--bucket-view"],
-                timeout=args.timeout)
-        except RuntimeError as e:
-            print("launch failed (%s): %s" % (name, e), file=sys.stderr)
-            out["dist"][name] = {"error": common.error_summary(e)}
-    # The ceiling: p single processes at once, no communication.
-    procs = [common.start(common.mpirun_cmd(1, sys.executable, script, plain), env)
-             for _ in range(args.np)]
-    outs = common.finish(procs, args.timeout, "independent runs of %s" % model)
-    out["independent"] = [common.results_of(o)[0] for o in outs]
-    out["lockstep"] = common.launch(args.np, script, base + ["--trainer", "lockstep"],
-                                    timeout=args.timeout)
+            out["runs"][impl] = {"error": common.error_summary(e)}
     return out
 
 
+NAMES = {"one": "1 process", "independent": "%d independent ranks",
+         "lockstep": "%d ranks in lockstep, no exchange", "dist": "%s",
+         "views": "%s bucket views"}
+
+
 def summarize(r):
-    """Rows of one model's runs: throughput, efficiency and the ceiling."""
+    """Rows of one model's runs: per library, throughput of every mode and the per-round
+    efficiency, ceiling and gaps (medians over rounds)."""
     p = r["p"]
-    one = r["one"]["images_per_s"]["median"]
-    indep = sum(x["images_per_s"]["median"] for x in r["independent"])
-    ceiling = indep / (p * one)
-    rows = [{"model": r["model"], "run": "1 process", "ranks": 1,
-             "images_per_s": r["one"]["images_per_s"]},
-            {"model": r["model"], "run": "%d independent processes" % p, "ranks": p,
-             "images_per_s": stats([indep]),
-             "each": [x["images_per_s"] for x in r["independent"]], "ceiling": ceiling}]
-    lock = r["lockstep"]["images_per_s"]
-    lockstep = lock["median"] / (p * one)
-    rows.append({"model": r["model"], "run": "%d ranks in lockstep, no exchange" % p,
-                 "ranks": p, "images_per_s": lock, "efficiency": lockstep,
-                 "ceiling": ceiling, "gap": ceiling - lockstep})
-    for name, d in r["dist"].items():
-        if "error" in d:
-            rows.append({"model": r["model"], "run": name, "ranks": p, "error": d["error"]})
+    rows = []
+    for impl, res in r["runs"].items():
+        if "error" in res:
+            rows.append({"model": r["model"], "library": impl, "run": impl, "ranks": p,
+                         "error": res["error"]})
             continue
-        eff = d["images_per_s"]["median"] / (p * one)
-        rows.append({"model": r["model"], "run": name, "ranks": p,
-                     "images_per_s": d["images_per_s"], "efficiency": eff,
-                     "ceiling": ceiling, "gap": ceiling - eff,
-                     "lockstep_gap": lockstep - eff})
+        rounds = res["rounds"]
+        eff = {m: [x[m] / (p * x["one"]) for x in rounds] for m in rounds[0] if m != "one"}
+        ceiling = eff.pop("independent")
+        for mode in ["one", "independent", "lockstep", "dist", "views"]:
+            if mode not in rounds[0]:
+                continue
+            name = NAMES[mode] % ((p,) if mode in ("independent", "lockstep") else (impl,)) \
+                if "%" in NAMES[mode] else NAMES[mode]
+            row = {"model": r["model"], "library": impl, "run": name,
+                   "ranks": 1 if mode == "one" else p,
+                   "images_per_s": stats([x[mode] for x in rounds])}
+            if mode == "independent":
+                row["ceiling"] = stats(ceiling)["median"]
+            elif mode != "one":
+                e = eff[mode]
+                row.update({"efficiency": stats(e)["median"],
+                            "efficiency_range": [min(e), max(e)],
+                            "ceiling": stats(ceiling)["median"],
+                            "gap": stats([c - v for c, v in zip(ceiling, e)])["median"]})
+                if mode != "lockstep":
+                    row["lockstep_gap"] = stats([l - v for l, v in
+                                                 zip(eff["lockstep"], e)])["median"]
+            rows.append(row)
     return rows
 
 
@@ -235,19 +265,23 @@ def report(model_results):
     def ips(s):
         return "%.1f (%.1f..%.1f)" % (s["median"], s["min"], s["max"]) if s["reps"] > 1 \
             else "%.1f" % s["median"]
+
+    def num(r, k):
+        return "%.3f" % r[k] if k in r else "-"
     common.print_table(
-        ["model", "run", "ranks", "images/s med (min..max)", "efficiency", "ceiling",
-         "ceiling - efficiency", "lockstep - efficiency"],
-        [[r["model"], r["run"], r["ranks"],
+        ["model", "library", "run", "ranks", "images/s med (min..max)", "efficiency",
+         "ceiling", "ceiling - efficiency", "lockstep - efficiency"],
+        [[r["model"], r["library"], r["run"], r["ranks"],
           ips(r["images_per_s"]) if "images_per_s" in r else "failed: " + r["error"][:50],
-          "%.3f" % r["efficiency"] if "efficiency" in r else "-",
-          "%.3f" % r["ceiling"] if "ceiling" in r else "-",
-          "%.3f" % r["gap"] if "gap" in r else "-",
-          "%.3f" % r["lockstep_gap"] if "lockstep_gap" in r else "-"] for r in rows],
-        title="training throughput, synthetic data; efficiency = images/s(p) / (p x "
-              "images/s(1)); ceiling = same for p independent processes; lockstep = p ranks with a "
-              "barrier per step and no exchange (same script run)")
-    return common.emit("scaling", rows)
+          num(r, "efficiency"), num(r, "ceiling"), num(r, "gap"), num(r, "lockstep_gap")]
+         for r in rows],
+        title="training throughput, synthetic data, modes alternated block by block in one "
+              "run per library; efficiency = images/s(p) / (p x images/s(1)), ceiling = the "
+              "same for p independent ranks, lockstep = p ranks with a barrier per step and no "
+              "exchange; efficiency, ceiling and gaps: medians of the per-round figures")
+    rounds = {r["model"]: {impl: res.get("rounds") for impl, res in r["runs"].items()}
+              for r in model_results}
+    return common.emit("scaling", rows, rounds=rounds)
 
 
 def main(argv=None):
