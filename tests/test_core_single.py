@@ -146,5 +146,26 @@ def test_c_entry_points_are_exported_and_callable():
                                            ctypes.c_double(1.0), ctypes.c_double(1.0), 0, 0)
         assert rc == -1
         assert b"empty name" in lib.MXHorovodGetLastError()
+        # Null arrays are refused with their name, never dereferenced.
+        handles = (ctypes.c_void_p * 1)(x.handle.value)
+        outs = (ctypes.c_void_p * 1)(out.handle.value)
+        names = (ctypes.c_char_p * 1)(b"capi.g")
+        for ins, os_, ns, what in ((None, outs, names, b"inputs"), (handles, None, names, b"outputs"),
+                                   (handles, outs, None, b"names")):
+            rc = lib.MXWaitforHorovodGroupedAllreduce(ins, os_, 1, ns, 1, ctypes.c_double(1.0),
+                                                      ctypes.c_double(1.0), 0, 0)
+            assert rc == -1
+            assert b"grouped allreduce" not in lib.MXHorovodGetLastError()  # a group of one
+            assert b"the " + what + b" array is null" in lib.MXHorovodGetLastError()
+            rc = lib.MXWaitforHorovodGroupedAllgather(ins, os_, 1, ns, 0, 0)
+            assert rc == -1 and what in lib.MXHorovodGetLastError()
+        splits = (ctypes.c_int64 * 1)(3)
+        for sp, rs, what in ((None, splits, b"the splits array"), (splits, None, b"recv_splits")):
+            rc = lib.MXWaitforHorovodAlltoall(x.handle, out.handle, b"capi.a", sp, rs, 1, 0, 0)
+            assert rc == -1 and what in lib.MXHorovodGetLastError()
+        rc = lib.MXWaitforHorovodGroupedAllreduce(handles, outs, 1, names, 1, ctypes.c_double(1.0),
+                                                  ctypes.c_double(1.0), 0, 0)
+        assert rc == 0, lib.MXHorovodGetLastError()
+        np.testing.assert_allclose(out.asnumpy(), [1.0, 2.0, 3.0])
     finally:
         hvd.shutdown()

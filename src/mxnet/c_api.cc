@@ -120,6 +120,11 @@ int Grouped(OpType type, void** inputs, void** outputs, int num, const Names& na
     return num == 1 ? std::string(OpTypeName(type)) : std::string("grouped ") + OpTypeName(type);
   };
   if (num <= 0) return Fail(Status::InvalidArgument(kind() + ": no tensors given"));
+  if (!inputs || !outputs || (!names.c && !names.s)) {  // C callers only
+    return Fail(Status::InvalidArgument(kind() + ": the " +
+                                        (!inputs ? "inputs" : !outputs ? "outputs" : "names") +
+                                        " array is null"));
+  }
   auto op = std::make_unique<EngineOp>();
   Status s = MemberSet(process_set_id, OpTypeName(type), names.c_str(0), &op->set);
   if (!s.ok()) return Fail(s);
@@ -281,6 +286,10 @@ int MXWaitforHorovodAlltoall(MXHNDArrayHandle input, MXHNDArrayHandle output, co
   if (num_splits != size) {
     return Fail(Status::InvalidArgument(What(OpType::kAlltoall, name) + ": " + std::to_string(num_splits) +
                                         " splits given for " + std::to_string(size) + " ranks"));
+  }
+  if (!splits || !recv_splits) {
+    return Fail(Status::InvalidArgument(What(OpType::kAlltoall, name) + ": the " +
+                                        (!splits ? "splits" : "recv_splits") + " array is null"));
   }
   OpTensor t;
   s = MakeTensor(OpType::kAlltoall, *op->set, input, output, name ? name : "", &t);
