@@ -5,7 +5,6 @@ ParameterDict, or Module's ``arg_params``/``aux_params`` dicts); ``broadcast_obj
 ``allgather_object`` move any picklable Python object (epoch number, optimizer states,
 metrics) between ranks. All are collective: every rank must call them, in the same order.
 """
-import itertools
 import pickle
 import types
 
@@ -14,17 +13,19 @@ import numpy as np
 from mxnet.gluon.parameter import DeferredInitializationError, Parameter, ParameterDict
 
 from mxhorovod import allgather, broadcast_, rank, size
+from mxhorovod.naming import next_number
+from mxhorovod.process_sets import _id as _ps_id
 from mxhorovod.process_sets import global_process_set
 
 __all__ = ["broadcast_parameters", "broadcast_object", "allgather_object"]
 
-# Automatic names are numbered per call: the same script calls these helpers in the same
-# order on every rank, so the names match, and two calls never share a name in flight.
-_CALLS = itertools.count()
-
-
-def _auto_name(kind, name):
-    return "%s.%d" % (kind, next(_CALLS)) if name is None else str(name)
+def _auto_name(kind, name, process_set=global_process_set):
+    """``name``, or '<kind>.<n>' numbered per kind and process set in call order (the same
+    script calls these helpers in the same order on every rank of the set, so the names
+    match, and two calls never share a name in flight; see :mod:`mxhorovod.naming`)."""
+    if name is not None:
+        return str(name)
+    return "%s.%d" % (kind, next_number(kind, _ps_id(process_set, kind)))
 
 
 def _broadcast_arrays(arrays, root_rank, name):
@@ -124,7 +125,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     Blocks until the object has arrived.
     Raises pickle.PicklingError (or TypeError) on the root if ``obj`` cannot be pickled.
     """
-    name = _auto_name("broadcast_object", name)
+    name = _auto_name("broadcast_object", name, process_set)
     me = rank() if process_set is global_process_set else process_set.rank()
     if me == root_rank:
         payload = _to_bytes_array(obj)
@@ -151,7 +152,7 @@ def allgather_object(obj, name=None, process_set=global_process_set):
 
     Returns a list of length ``size()`` (of the set), in rank order. Blocks until all have arrived.
     """
-    name = _auto_name("allgather_object", name)
+    name = _auto_name("allgather_object", name, process_set)
     payload = _to_bytes_array(obj)
     lengths = allgather(mx.nd.array([payload.size], dtype=np.int64), name=name + ".size",
                         process_set=process_set)

@@ -37,7 +37,6 @@ Not supported, each with an error naming the cause: the optimizer on the kvstore
 there).
 """
 import functools
-import itertools
 import numbers
 
 import mxnet as mx
@@ -46,12 +45,10 @@ import numpy as np
 from mxhorovod import _core
 from mxhorovod.basics import init, is_initialized, local_rank, rank, size
 from mxhorovod.mpi_ops import Sum, allreduce, allreduce_, broadcast, broadcast_
+from mxhorovod.naming import next_number
 
 __all__ = ["Horovod"]
 
-# Instances are numbered in creation order (the same on every rank running the same
-# code), so two kvstores in one process (two Trainers) never share a collective name.
-_INSTANCES = itertools.count()
 
 
 def _as_list(x):
@@ -141,9 +138,14 @@ class Horovod(mx.kvstore.KVStoreBase):
                 raise ValueError("kvstore 'horovod': mxhorovod has stopped (%s); cannot create "
                                  "a kvstore in a job that has ended" % reason)
             init()
-        self._prefix = "kvstore.%d." % next(_INSTANCES)
+        self._prefix = None  # numbered at the first collective (_name)
 
     def _name(self, what, key):
+        if self._prefix is None:
+            # Numbered in the order kvstores first communicate (mxhorovod.naming), not in
+            # creation order: one made on some ranks only, or never used, must not shift the
+            # names of the others; two kvstores in one process (two Trainers) never share one.
+            self._prefix = "kvstore.%d." % next_number("kvstore", 0)
         return "%s%s.%s" % (self._prefix, what, _key_text(key, what))
 
     @property

@@ -8,8 +8,9 @@ rank outside the set gets ValueError at the call.
 Every call returns at once (allgather and alltoall first wait for the peers' sizes, since
 their output shape depends on them): the engine runs the collective after the last write
 to the input, and any later read of the output waits for it. Tensors are matched across
-ranks by ``name``; without a name, calls are numbered in call order, which is the same on
-every rank when every rank runs the same code. A name may not be in flight twice.
+ranks by ``name``; without a name, calls are numbered per kind and process set in call
+order, which is the same on every rank of the set when they run the same code (calls on a
+set a rank is not in do not shift its numbers). A name may not be in flight twice.
 
 Errors found at the call (bad dtype, storage, shape, op, duplicate name, not initialized)
 raise ``ValueError`` (``TypeError`` for a non-NDArray) at once. Errors found in
@@ -28,7 +29,6 @@ Supported: CPU NDArrays with default storage, dtypes float16, float32, float64, 
 int8, int32, int64. 0-d arrays exist only as ``mx.np`` arrays under ``npx.set_np()``.
 """
 import contextlib
-import itertools
 import math
 import threading
 import warnings
@@ -37,9 +37,18 @@ import mxnet as mx
 import numpy as np
 
 from mxhorovod import _core
+from mxhorovod.naming import next_number
 from mxhorovod.process_sets import _id as _ps_id
 from mxhorovod.process_sets import _size as _ps_size
 from mxhorovod.process_sets import global_process_set
+# horovod.mxnet.mpi_ops exports the basics and the process-set calls too, and scripts import
+# them from there (`from horovod.mxnet.mpi_ops import init, rank, size`).
+from mxhorovod.basics import (ccl_built, cross_rank, cross_size, cuda_built,  # noqa: F401
+                              ddl_built, gloo_built, gloo_enabled, init, is_initialized,
+                              local_rank, local_size, mpi_built, mpi_enabled,
+                              mpi_threads_supported, nccl_built, rank, rocm_built, shutdown,
+                              size, start_timeline, stop_timeline)
+from mxhorovod.process_sets import ProcessSet, add_process_set, remove_process_set  # noqa: F401
 
 __all__ = [
     "Average", "Sum", "Adasum", "Min", "Max", "Product",
@@ -58,17 +67,15 @@ Product = 5
 _OP_NAMES = {Average: "Average", Sum: "Sum", Adasum: "Adasum", Min: "Min", Max: "Max",
              Product: "Product"}
 
-_counters = {}
-
-
-def _name(kind, name):
-    """The name sent to the peers: str(name), or '<kind>.noname.<n>' numbered per kind.
+def _name(kind, name, pid=0):
+    """The name sent to the peers: str(name), or for None or '' (Horovod takes '' as well)
+    '<kind>.noname.<n>' numbered per kind and process set (``pid``), see
+    :mod:`mxhorovod.naming`.
 
     Raises ValueError for a name the peers could not match exactly: one holding a NUL
     character (C would cut it there) or one that is not valid Unicode text."""
-    if name is None:
-        counter = _counters.setdefault(kind, itertools.count())
-        return "%s.noname.%d" % (kind, next(counter))
+    if name is None or (type(name) is str and not name):  # Horovod also takes name=''
+        return "%s.noname.%d" % (kind, next_number(kind, pid))
     name = name if type(name) is str else str(name)
     if "\0" in name:
         raise ValueError("%s: the name %r holds a NUL character" % (kind, name))
@@ -183,7 +190,7 @@ def _empty_like(tensor, shape=None):
 
 
 def allreduce(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
-              postscale_factor=1.0, op=None, process_set=global_process_set):
+              postscale_factor=1.0, process_set=global_process_set, op=None):
     """Reduce ``tensor`` over all ranks into a new NDArray.
 
     output = op over ranks r of (prescale_factor * tensor_r), times postscale_factor; for
@@ -211,7 +218,7 @@ def _allreduce(tensor, output, average, name, priority, prescale_factor, postsca
                process_set, what):
     op = _resolve_op(op, average, what)
     pid = _ps_id(process_set, what)
-    name = _name("allreduce", name)
+    name = _name("allreduce", name, pid)
     _core.allreduce(_handle(tensor), _handle(output), name, op,
                     _factor(prescale_factor, "prescale_factor", name),
                     _factor(postscale_factor, "postscale_factor", name), _priority(priority, name),
@@ -220,7 +227,7 @@ def _allreduce(tensor, output, average, name, priority, prescale_factor, postsca
 
 
 def allreduce_(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
-               postscale_factor=1.0, op=None, process_set=global_process_set):
+               postscale_factor=1.0, process_set=global_process_set, op=None):
     """In-place :func:`allreduce`: ``tensor`` receives the result; returns ``tensor``."""
     _check_ndarray(tensor, "allreduce_")
     return _allreduce(tensor, tensor, average, name, priority, prescale_factor, postscale_factor,
@@ -228,22 +235,26 @@ def allreduce_(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
 
 
 def _check_list(tensors, what):
-    if not isinstance(tensors, (list, tuple)) or not tensors:
-        raise ValueError("%s expects a non-empty list of NDArrays" % what)
+    """Checks a list of distinct NDArrays; returns its length (an empty group is a no-op
+    that returns at once, as in Horovod, which hands back the empty list)."""
+    if not isinstance(tensors, (list, tuple)):
+        raise ValueError("%s expects a list of NDArrays, got %s" % (what, type(tensors).__name__))
     ndarray = mx.nd.NDArray
     for t in tensors:
         if not isinstance(t, ndarray):
             _check_ndarray(t, what)  # raises, naming the type
     if len(set(map(id, tensors))) != len(tensors):
         raise ValueError("%s: the same NDArray appears twice in the list" % what)
+    return len(tensors)
 
 
 def _grouped(tensors, outputs, average, name, priority, prescale_factor, postscale_factor, op,
              what, process_set):
-    _check_list(tensors, what)
+    if not _check_list(tensors, what):
+        return
     op = _resolve_op(op, average, what)
     pid = _ps_id(process_set, what)
-    base = _name("grouped_allreduce", name)
+    base = _name("grouped_allreduce", name, pid)
     _core.grouped_allreduce([_handle(t) for t in tensors], [_handle(o) for o in outputs],
                             base,  # the core names tensor i '<base>.<i>'
                             op, _factor(prescale_factor, "prescale_factor", base),
@@ -252,12 +263,12 @@ def _grouped(tensors, outputs, average, name, priority, prescale_factor, postsca
 
 
 def grouped_allreduce(tensors, average=None, name=None, priority=0, prescale_factor=1.0,
-                      postscale_factor=1.0, op=None, process_set=global_process_set):
+                      postscale_factor=1.0, process_set=global_process_set, op=None):
     """:func:`allreduce` of a list of NDArrays as one engine operation (they are
     negotiated together and fused). Tensor i is named '<name>.<i>'. Returns new NDArrays.
 
     Raises:
-        ValueError: an empty list, or the same array twice.
+        ValueError: not a list, or the same array twice. An empty list returns [] at once.
     """
     outputs = [_empty_like(t) for t in tensors] if isinstance(tensors, (list, tuple)) else []
     _grouped(tensors, outputs, average, name, priority, prescale_factor, postscale_factor, op,
@@ -266,7 +277,7 @@ def grouped_allreduce(tensors, average=None, name=None, priority=0, prescale_fac
 
 
 def grouped_allreduce_(tensors, average=None, name=None, priority=0, prescale_factor=1.0,
-                       postscale_factor=1.0, op=None, process_set=global_process_set):
+                       postscale_factor=1.0, process_set=global_process_set, op=None):
     """In-place :func:`grouped_allreduce`; returns ``tensors``."""
     _grouped(tensors, tensors, average, name, priority, prescale_factor, postscale_factor, op,
              "grouped_allreduce_", process_set)
@@ -288,7 +299,7 @@ def broadcast(tensor, root_rank, name=None, priority=0, process_set=global_proce
     _check_ndarray(tensor, "broadcast")
     pid = _ps_id(process_set, "broadcast")
     output = _empty_like(tensor)
-    name = _name("broadcast", name)
+    name = _name("broadcast", name, pid)
     _core.broadcast(_handle(tensor), _handle(output), name, int(root_rank),
                     _priority(priority, name), pid, _broadcast_wait())
     return output
@@ -298,7 +309,7 @@ def broadcast_(tensor, root_rank, name=None, priority=0, process_set=global_proc
     """In-place :func:`broadcast`: ``tensor`` receives root_rank's values; returns it."""
     _check_ndarray(tensor, "broadcast_")
     pid = _ps_id(process_set, "broadcast_")
-    name = _name("broadcast", name)
+    name = _name("broadcast", name, pid)
     _core.broadcast(_handle(tensor), _handle(tensor), name, int(root_rank),
                     _priority(priority, name), pid, _broadcast_wait())
     return tensor
@@ -333,15 +344,17 @@ def grouped_allgather(tensors, name=None, priority=0, process_set=global_process
     for all of them). Tensor i is named '<name>.<i>'. Returns a list of new NDArrays.
 
     Raises:
-        ValueError: an empty list, the same array twice, or a 0-d array.
+        ValueError: not a list, the same array twice, or a 0-d array. An empty list
+            returns [] at once.
     """
-    _check_list(tensors, _what)
+    if not _check_list(tensors, _what):
+        return []
     for t in tensors:
         if t.ndim == 0:
             raise ValueError("%s: a 0-d array has no dimension 0 to concatenate" % _what)
     pid = _ps_id(process_set, _what)
     size = _ps_size(process_set, _what)
-    base = _name(_what, name)
+    base = _name(_what, name, pid)
     names = [base] if _what == "allgather" else base  # the core numbers '<base>.<i>'
     rows = _rows_of_peers([t.shape[0] for t in tensors], base + ".rows", pid, size)
     outputs = [_empty_like(t, (int(rows[:, i].sum()),) + tuple(t.shape[1:]))
@@ -358,20 +371,21 @@ def alltoall(tensor, splits=None, name=None, priority=0, process_set=global_proc
     must divide evenly by size(). Blocks until every rank has sent its splits.
 
     Args:
-        splits: 1-D int32 NDArray, numpy array or list with size() entries, sum <= dim 0.
+        splits: 1-D integer NDArray (int32, as Horovod makes it, or another integer
+            dtype), numpy array or list, with size() entries, sum <= dim 0.
     Returns:
         The received rows concatenated in rank order; with ``splits`` given, a tuple
         (output, received_splits) where received_splits is an int32 NDArray of size().
     Raises:
-        ValueError: splits not 1-D int32, wrong number of entries, sum larger than dim 0,
-            or dim 0 not divisible by size() without splits.
+        ValueError: splits not 1-D integers, wrong number of entries, negative, sum larger
+            than dim 0, or dim 0 not divisible by size() without splits.
     """
     _check_ndarray(tensor, "alltoall")
     if tensor.ndim == 0:
         raise ValueError("alltoall: a 0-d array has no dimension 0 to split")
     pid = _ps_id(process_set, "alltoall")
     world = _ps_size(process_set, "alltoall")
-    name = _name("alltoall", name)
+    name = _name("alltoall", name, pid)
     given = splits is not None
     if not given:
         if tensor.shape[0] % world:
@@ -380,12 +394,13 @@ def alltoall(tensor, splits=None, name=None, priority=0, process_set=global_proc
         send = np.full(world, tensor.shape[0] // world, dtype=np.int64)
     else:
         arr = splits.asnumpy() if isinstance(splits, mx.nd.NDArray) else np.asarray(splits)
-        if arr.ndim != 1 or arr.dtype != np.int32:
-            raise ValueError("alltoall '%s': splits must be a 1-D int32 tensor, got %s of shape %s"
-                             % (name, arr.dtype, arr.shape))
+        if arr.ndim != 1:
+            raise ValueError("alltoall '%s': splits must be 1-D, got shape %s" % (name, arr.shape))
         if arr.size != world:
             raise ValueError("alltoall '%s': splits has %d entries for %d ranks"
                              % (name, arr.size, world))
+        if arr.dtype.kind not in "iu":  # a float count would be rounded silently
+            raise ValueError("alltoall '%s': splits must be integers, got %s" % (name, arr.dtype))
         if (arr < 0).any():
             raise ValueError("alltoall '%s': splits must not be negative" % name)
         if arr.sum() > tensor.shape[0]:
@@ -418,7 +433,8 @@ def grouped_reducescatter(tensors, op=Average, name=None, priority=0,
     """:func:`reducescatter` of a list of NDArrays as one engine operation, reduced in one
     fused MPI call. Tensor i is named '<name>.<i>'. Returns a list of new NDArrays."""
     single = _what == "reducescatter"
-    _check_list(tensors, _what)
+    if not _check_list(tensors, _what):
+        return []  # an empty group, as for grouped_allreduce
     if op is None:
         op = Average
     if op not in (Average, Sum):
@@ -430,7 +446,7 @@ def grouped_reducescatter(tensors, op=Average, name=None, priority=0,
     pid = _ps_id(process_set, _what)
     size = _ps_size(process_set, _what)
     my_rank = [e for e in _core.process_sets() if e[0] == pid][0][3]
-    base = _name("reducescatter", name)
+    base = _name("reducescatter", name, pid)
     names = [base] if single else base  # the core numbers '<base>.<i>'
     outputs = [_empty_like(t, (_scatter_rows(t.shape[0], size, my_rank),) + tuple(t.shape[1:]))
                for t in tensors]

@@ -7,7 +7,6 @@ then runs the wrapped optimizer on the mean gradient. Unlike Horovod's CPU wrapp
 wrapper does not touch ``rescale_grad``: set it to ``1.0 / batch_size`` (per-rank batch) as
 in single-process training.
 """
-import itertools
 
 import mxnet as mx
 
@@ -16,12 +15,10 @@ from mxhorovod.process_sets import _check_member
 from mxhorovod.process_sets import _size as _ps_size
 from mxhorovod.process_sets import global_process_set
 from mxhorovod.mpi_ops import gradient_reduction
+from mxhorovod.naming import next_number
 
 __all__ = ["DistributedOptimizer", "split_list"]
 
-# Each wrapper gets its own name prefix, numbered in creation order (the same on every rank),
-# so two optimizers in one process (a GAN) never submit the same collective name.
-_INSTANCES = itertools.count()
 
 
 def split_list(items, num_groups):
@@ -82,7 +79,7 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
         object.__setattr__(self, "_optimizer", optimizer)
         object.__setattr__(self, "_gradient_predivide_factor", float(gradient_predivide_factor))
         object.__setattr__(self, "_num_groups", int(num_groups))
-        object.__setattr__(self, "_prefix", "DistributedOptimizer.%d." % next(_INSTANCES))
+        object.__setattr__(self, "_prefix", None)  # numbered at the first reduction (_name)
         object.__setattr__(self, "_device_id", 0)
         _check_member(process_set, "DistributedOptimizer")
         object.__setattr__(self, "_process_set", process_set)
@@ -130,6 +127,14 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
 
     # -- the distributed part -----------------------------------------------------------
     def _name(self, index):
+        if self._prefix is None:
+            # Numbered per process set in the order wrappers first reduce (not creation
+            # order): one made on some ranks only, over another set, or never used must not
+            # shift the names of the ones every rank uses (mxhorovod.naming); two wrappers
+            # in one process (a GAN) still never share a name.
+            pid = _check_member(self._process_set, "DistributedOptimizer")
+            object.__setattr__(self, "_prefix", "DistributedOptimizer.%d."
+                               % next_number("DistributedOptimizer", pid))
         name = "%s%s" % (self._prefix, index)
         if self._device_id:
             name += "@%d" % self._device_id

@@ -5,7 +5,6 @@ over ranks of the per-rank gradients, exactly what one process would hold for th
 concatenated batch divided by the number of ranks; ``step(batch_size)`` with the per-rank
 batch size then updates exactly as that one process would with the whole batch.
 """
-import itertools
 import warnings
 
 import mxnet as mx
@@ -15,6 +14,7 @@ from mxhorovod import Average, Max, allreduce_, grouped_allreduce_
 from mxhorovod.buckets import GradientBuckets
 from mxhorovod.compression import Compression
 from mxhorovod.mpi_ops import gradient_reduction
+from mxhorovod.naming import next_number
 from mxhorovod.optimizer import DistributedOptimizer, split_list
 from mxhorovod.process_sets import _check_member
 from mxhorovod.process_sets import _size as _ps_size
@@ -22,9 +22,6 @@ from mxhorovod.process_sets import global_process_set
 
 __all__ = ["DistributedTrainer"]
 
-# Automatic name prefixes, numbered in creation order (the same on every rank), so two
-# trainers in one process (a GAN) never submit the same collective name.
-_INSTANCES = itertools.count()
 
 
 class DistributedTrainer(mx.gluon.Trainer):
@@ -120,8 +117,7 @@ class DistributedTrainer(mx.gluon.Trainer):
         self._priorities = [position.get(id(p), i) - n for i, p in enumerate(self._params)]
         self._compression = compression
         self._gradient_predivide_factor = float(gradient_predivide_factor)
-        self._prefix = prefix if prefix is not None else \
-            "DistributedTrainer.%d." % next(_INSTANCES)
+        self._prefix = prefix  # None: numbered at the first reduction (_auto_prefix)
         self._names = {}  # parameter index -> collective name (_name)
         self._num_groups = int(num_groups)
         self._process_set = process_set
@@ -144,7 +140,17 @@ class DistributedTrainer(mx.gluon.Trainer):
             name = self._names[i] = "%s%d" % (self._prefix, i)
         return name
 
+    def _auto_prefix(self):
+        # Numbered per process set in the order trainers first reduce, not in creation
+        # order: a trainer made on some ranks only, or over another set, or never stepped,
+        # must not shift the names of the ones every rank steps (mxhorovod.naming); two
+        # trainers in one process (a GAN) still never share a name.
+        pid = _check_member(self._process_set, "DistributedTrainer")
+        self._prefix = "DistributedTrainer.%d." % next_number("DistributedTrainer", pid)
+
     def _allreduce_grads(self):
+        if self._prefix is None:
+            self._auto_prefix()
         # Buckets are bound even on one rank, so param.grad() is the same kind of array
         # whatever the number of ranks.
         buckets = self._buckets.for_step(self._prefix, self._process_set) \

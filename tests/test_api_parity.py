@@ -20,13 +20,29 @@ remove_process_set Average Sum Adasum Min Max Product DistributedOptimizer Distr
 broadcast_parameters split_list is_homogeneous start_timeline stop_timeline
 """.split()
 
-# Argument names and defaults of horovod.mxnet.mpi_ops 0.28.1 (keyword use must work).
+# horovod/mxnet/mpi_ops.py (0.28.1): its public names a script may import from there.
+HOROVOD_MPI_OPS_NAMES = """
+Adasum Average Max Min Product Sum ProcessSet add_process_set allgather allreduce allreduce_
+alltoall broadcast broadcast_ ccl_built cross_rank cross_size cuda_built ddl_built
+global_process_set gloo_built gloo_enabled grouped_allgather grouped_allreduce
+grouped_allreduce_ grouped_reducescatter init is_initialized local_rank local_size mpi_built
+mpi_enabled mpi_threads_supported nccl_built rank reducescatter remove_process_set rocm_built
+shutdown size start_timeline stop_timeline
+""".split()
+
+# Argument names, in positional order, of horovod.mxnet 0.28.1 (printed from it with
+# inspect.signature): a script calling with positional arguments must work the same.
 SIGNATURES = {
     "allreduce": ["tensor", "average", "name", "priority", "prescale_factor", "postscale_factor",
-                  "op", "process_set"],
+                  "process_set", "op"],
+    "allreduce_": ["tensor", "average", "name", "priority", "prescale_factor",
+                   "postscale_factor", "process_set", "op"],
     "grouped_allreduce": ["tensors", "average", "name", "priority", "prescale_factor",
-                          "postscale_factor", "op", "process_set"],
+                          "postscale_factor", "process_set", "op"],
+    "grouped_allreduce_": ["tensors", "average", "name", "priority", "prescale_factor",
+                           "postscale_factor", "process_set", "op"],
     "broadcast": ["tensor", "root_rank", "name", "priority", "process_set"],
+    "broadcast_": ["tensor", "root_rank", "name", "priority", "process_set"],
     "allgather": ["tensor", "name", "priority", "process_set"],
     "grouped_allgather": ["tensors", "name", "priority", "process_set"],
     "alltoall": ["tensor", "splits", "name", "priority", "process_set"],
@@ -34,7 +50,13 @@ SIGNATURES = {
                       "postscale_factor"],
     "grouped_reducescatter": ["tensors", "op", "name", "priority", "process_set",
                               "prescale_factor", "postscale_factor"],
-    "init": ["comm", "process_sets"],
+    "broadcast_parameters": ["params", "root_rank", "prefix"],
+    "broadcast_object": ["obj", "root_rank", "name"],
+    "allgather_object": ["obj", "name"],
+    "DistributedOptimizer": ["optimizer", "gradient_predivide_factor", "num_groups",
+                             "process_set"],
+    "DistributedTrainer": ["params", "optimizer", "optimizer_params", "compression",
+                           "gradient_predivide_factor", "prefix", "num_groups", "process_set"],
 }
 
 
@@ -48,8 +70,16 @@ def test_argument_names(fn):
     params = inspect.signature(getattr(hvd, fn)).parameters
     for arg in SIGNATURES[fn]:
         assert arg in params, "%s() lacks the argument %r" % (fn, arg)
+    # Horovod's arguments first, in Horovod's positional order (ours may follow, keyword-only
+    # or defaulted).
+    assert list(params)[:len(SIGNATURES[fn])] == SIGNATURES[fn], fn
     if "process_set" in params:
         assert params["process_set"].default is hvd.global_process_set
+
+
+def test_init_arguments():
+    # horovod.mxnet.init(*args, **kwargs) forwards to HorovodBasics.init(comm, process_sets).
+    assert list(inspect.signature(hvd.init).parameters)[:2] == ["comm", "process_sets"]
 
 
 def test_op_constants_follow_horovod_numbering():
@@ -125,11 +155,48 @@ def test_reducescatter_one_process_and_bad_input():
         np.testing.assert_array_equal(b.asnumpy(), x.asnumpy())
         with pytest.raises(ValueError, match="only hvd.Sum and hvd.Average"):
             hvd.reducescatter(x, op=hvd.Min)
-        with pytest.raises(ValueError, match="non-empty list"):
-            hvd.grouped_reducescatter([])
+        assert hvd.grouped_reducescatter([]) == []  # empty groups: no-ops, as in Horovod
         with pytest.raises(TypeError, match="NDArray"):
             hvd.reducescatter(np.ones(3))
         g = hvd.grouped_allgather([x, x[1:].copy()])
         assert [o.asnumpy().shape for o in g] == [(3, 2), (2, 2)]
     finally:
         hvd.shutdown()
+
+
+def test_horovod_call_forms():
+    """Calls a Horovod script makes that once failed here: empty groups, name='', alltoall
+    splits as a list or int64 numpy array, positional process_set, imports from mpi_ops."""
+    hvd.init()
+    try:
+        assert hvd.grouped_allreduce([]) == []
+        empty = []
+        assert hvd.grouped_allreduce_(empty) is empty
+        assert hvd.grouped_allgather([]) == []
+        with pytest.raises(ValueError, match="list of NDArrays"):
+            hvd.grouped_allreduce(mx.nd.ones(2))
+        x = mx.nd.arange(4)
+        np.testing.assert_array_equal(hvd.allreduce(x, name="").asnumpy(), x.asnumpy())
+        np.testing.assert_array_equal(hvd.allreduce(x, None, "pos", 0, 2.0, 1.0,
+                                                    hvd.global_process_set, hvd.Sum).asnumpy(),
+                                      2 * x.asnumpy())
+        for splits in ([4], np.array([4]), mx.nd.array([4], dtype="int64")):
+            out, recv = hvd.alltoall(x, splits=splits)
+            np.testing.assert_array_equal(out.asnumpy(), x.asnumpy())
+            assert recv.dtype == np.int32 and recv.asnumpy().tolist() == [4]
+        with pytest.raises(ValueError, match="integers"):
+            hvd.alltoall(x, splits=[4.0])
+        from mxhorovod.mpi_ops import (ProcessSet, add_process_set, init, local_rank, rank,
+                                       remove_process_set, shutdown, size)
+        assert init is hvd.init and shutdown is hvd.shutdown and rank() == 0 and size() == 1
+        assert local_rank() == 0 and ProcessSet is hvd.ProcessSet
+        assert add_process_set is hvd.add_process_set
+        assert remove_process_set is hvd.remove_process_set
+    finally:
+        hvd.shutdown()
+
+
+def test_mpi_ops_exports_what_horovods_does():
+    import mxhorovod.mpi_ops as ours
+    for name in HOROVOD_MPI_OPS_NAMES:
+        assert hasattr(ours, name), "horovod.mxnet.mpi_ops.%s is missing" % name

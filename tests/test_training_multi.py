@@ -29,3 +29,10 @@ def test_broadcast_helpers(np_):
 def test_trainer_in_a_process_set(np_):
     # Ranks 0 and 1 train together (plain and bucket views); others alone, never waited for.
     run_ranks(np_, "train_process_set.py", timeout=240)
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_auto_names_match_when_ranks_made_different_helpers(np_):
+    # A set's trainer/optimizer/helpers on its members, unused extras on rank 0: the global
+    # ones' automatic names still match on every rank (no hang), results exact.
+    run_ranks(np_, "train_uneven_helpers.py", timeout=240)

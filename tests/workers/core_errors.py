@@ -97,7 +97,7 @@ for call, needle in [(lambda: hvd.allreduce(mx.nd.ones(2), name="a\0b"), "NUL"),
                      (lambda: hvd.broadcast(mx.nd.ones(2), root_rank=n), "root"),
                      (lambda: hvd.grouped_allreduce_([mx.nd.ones(2)] * 2), "twice"),
                      (lambda: hvd.alltoall(mx.nd.ones((2 * n + 1, 2))), "divisible"),
-                     (lambda: hvd.alltoall(mx.nd.ones((4, 2)), splits=np.ones(n, dtype=np.int64)), "int32"),
+                     (lambda: hvd.alltoall(mx.nd.ones((4, 2)), splits=np.ones(n, dtype=np.float32)), "integers"),
                      (lambda: hvd.alltoall(mx.nd.ones((4, 2)), splits=np.ones(n + 1, dtype=np.int32)), "entries"),
                      (lambda: hvd.alltoall(mx.nd.ones((1, 2)), splits=np.full(n, 5, dtype=np.int32)), "more than")]:
     try:
