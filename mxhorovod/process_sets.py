@@ -202,13 +202,14 @@ def remove_process_set(process_set):
     """Remove a registered process set on every rank (a collective like add_process_set).
 
     Operations still pending on the set fail with an error saying it was removed. Returns
-    True when the set was removed, False when it was not registered.
+    True when the set was removed, False when it was not registered or is the global set
+    (which is never removed), as Horovod does.
 
     Raises:
-        ValueError: the global process set, or dynamic process sets are off.
+        ValueError: dynamic process sets are off.
     """
     if process_set is global_process_set or isinstance(process_set, _GlobalProcessSet):
-        raise ValueError("remove_process_set: the global process set cannot be removed")
+        return False
     if not isinstance(process_set, ProcessSet) or process_set.process_set_id is None:
         return False
     _core.remove_process_set(process_set.process_set_id)
