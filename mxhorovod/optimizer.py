@@ -7,7 +7,6 @@ then runs the wrapped optimizer on the mean gradient. Unlike Horovod's CPU wrapp
 wrapper does not touch ``rescale_grad``: set it to ``1.0 / batch_size`` (per-rank batch) as
 in single-process training.
 """
-
 import mxnet as mx
 
 from mxhorovod import Average, allreduce_, grouped_allreduce_, size
@@ -18,7 +17,6 @@ from mxhorovod.mpi_ops import gradient_reduction
 from mxhorovod.naming import next_number
 
 __all__ = ["DistributedOptimizer", "split_list"]
-
 
 
 def split_list(items, num_groups):

@@ -23,7 +23,6 @@ from mxhorovod.process_sets import global_process_set
 __all__ = ["DistributedTrainer"]
 
 
-
 class DistributedTrainer(mx.gluon.Trainer):
     """``gluon.Trainer`` for data-parallel training over all ranks.
 
