@@ -218,9 +218,9 @@ def run_model(args, model):
     return out
 
 
-NAMES = {"one": "1 process", "independent": "%d independent ranks",
-         "lockstep": "%d ranks in lockstep, no exchange", "dist": "%s",
-         "views": "%s bucket views"}
+NAMES = {"one": "1 process", "independent": "{p} independent ranks",
+         "lockstep": "{p} ranks in lockstep, no exchange", "dist": "{impl}",
+         "views": "{impl} bucket views"}
 
 
 def summarize(r):
@@ -236,12 +236,9 @@ def summarize(r):
         rounds = res["rounds"]
         eff = {m: [x[m] / (p * x["one"]) for x in rounds] for m in rounds[0] if m != "one"}
         ceiling = eff.pop("independent")
-        for mode in ["one", "independent", "lockstep", "dist", "views"]:
-            if mode not in rounds[0]:
-                continue
-            name = NAMES[mode] % ((p,) if mode in ("independent", "lockstep") else (impl,)) \
-                if "%" in NAMES[mode] else NAMES[mode]
-            row = {"model": r["model"], "library": impl, "run": name,
+        for mode in modes_for(impl):
+            row = {"model": r["model"], "library": impl,
+                   "run": NAMES[mode].format(p=p, impl=impl),
                    "ranks": 1 if mode == "one" else p,
                    "images_per_s": stats([x[mode] for x in rounds])}
             if mode == "independent":

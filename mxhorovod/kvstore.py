@@ -50,7 +50,6 @@ from mxhorovod.naming import next_number
 __all__ = ["Horovod"]
 
 
-
 def _as_list(x):
     return list(x) if isinstance(x, (list, tuple)) else [x]
 

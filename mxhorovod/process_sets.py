@@ -208,9 +208,8 @@ def remove_process_set(process_set):
     Raises:
         ValueError: dynamic process sets are off.
     """
-    if process_set is global_process_set or isinstance(process_set, _GlobalProcessSet):
-        return False
-    if not isinstance(process_set, ProcessSet) or process_set.process_set_id is None:
+    if (isinstance(process_set, _GlobalProcessSet) or not isinstance(process_set, ProcessSet)
+            or process_set.process_set_id is None):
         return False
     _core.remove_process_set(process_set.process_set_id)
     process_set._invalidate()
