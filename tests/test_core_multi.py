@@ -18,6 +18,32 @@ def test_collectives_small_fusion_buffer_and_slices():
                    "MXHOROVOD_BLOCKING_DATA": "0"})
 
 
+@pytest.mark.parametrize("np_", [2, 3])
+def test_collectives_every_size_through_cma(np_):
+    # Every allreduce by cross-memory attach, down to 1 element (blocks of 0 elements on
+    # some ranks), fused or alone.
+    run_ranks(np_, "core_collectives.py", timeout=240, env={"MXHOROVOD_CMA_MIN_BYTES": "0"})
+
+
+def test_collectives_through_mpi_only():
+    run_ranks(3, "core_collectives.py", timeout=240, env={"MXHOROVOD_CMA": "0"})
+
+
+@pytest.mark.parametrize("case,np_,want", [
+    ("sets", 3, ["process set 0 (ranks [0, 1, 2]): allreduce of 65536 bytes and more by cross-memory attach",
+                 "process set 1 (ranks [0, 1]): allreduce of 65536 bytes and more by cross-memory attach"]),
+    ("off1", 2, ["process set 0 (ranks [0, 1]): allreduce through MPI only: MXHOROVOD_CMA=0 on ranks 1"]),
+    ("minmix", 3, ["process set 0 (ranks [0, 1, 2]): allreduce of 786432 bytes and more by cross-memory attach"]),
+])
+def test_cma_path_agreed_by_every_rank(case, np_, want):
+    proc = run_ranks(np_, "core_cma_choice.py", [case], timeout=240, env={"HOROVOD_LOG_LEVEL": "debug"})
+    for line in want:
+        for r in range(np_ if line.startswith("process set 0") else 2):
+            assert "[%d]<debug>" % r in proc.stdout
+            assert any(l.startswith("[%d]<debug>" % r) and line in l
+                       for l in proc.stdout.splitlines()), (r, line, proc.stdout[-4000:])
+
+
 def test_collectives_without_cache_or_fusion():
     run_ranks(3, "core_collectives.py", timeout=240,
               env={"HOROVOD_CACHE_CAPACITY": "0", "HOROVOD_FUSION_THRESHOLD": "0"})
@@ -67,11 +93,11 @@ def test_autotune_tries_every_candidate_and_keeps_results_right(tmp_path):
                    "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE": "2"})
 
 
-@pytest.mark.parametrize("blocking", ["1", "0"])
-def test_scaled_sum_agreed_in_process_sets(blocking):
+@pytest.mark.parametrize("blocking,cma", [("1", "1"), ("0", "1"), ("1", "0")])
+def test_scaled_sum_agreed_in_process_sets(blocking, cma):
     # MPICH's ring algorithms split the reduction between the ranks, so any disagreement
     # on the op (scaled inside the reduction or not) shows as wrong numbers.
     run_ranks(3, "scaled_sum_sets.py", timeout=240,
               env={"MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM": "ring",
                    "MPIR_CVAR_IALLREDUCE_INTRA_ALGORITHM": "tsp_ring",
-                   "MXHOROVOD_BLOCKING_DATA": blocking})
+                   "MXHOROVOD_BLOCKING_DATA": blocking, "MXHOROVOD_CMA": cma})

@@ -35,6 +35,8 @@ Config Config::FromEnv() {
   c.zero_copy_bytes = (int64_t)EnvNumber("MXHOROVOD_ZERO_COPY_BYTES", (double)c.zero_copy_bytes);
   const char* blocking = std::getenv("MXHOROVOD_BLOCKING_DATA");
   if (blocking && *blocking) c.blocking_data = EnvBool("MXHOROVOD_BLOCKING_DATA", false) ? 1 : 0;
+  c.cma = EnvBool("MXHOROVOD_CMA", c.cma);
+  c.cma_min_bytes = (int64_t)EnvNumber("MXHOROVOD_CMA_MIN_BYTES", (double)c.cma_min_bytes);
   c.autotune = EnvBool("HOROVOD_AUTOTUNE", false);
   c.dynamic_process_sets = EnvBool("HOROVOD_DYNAMIC_PROCESS_SETS", false);
   if (c.slice_bytes < 1024) c.slice_bytes = 1024;

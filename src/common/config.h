@@ -22,6 +22,10 @@ struct Config {
   // MXHOROVOD_BLOCKING_DATA: 1 = MPI's blocking (polling) calls for the data, 0 = nonblocking
   // calls waited with yield-then-sleep; unset (-1) = blocking unless ranks outnumber cores.
   int blocking_data = -1;
+  // MXHOROVOD_CMA: allreduce by cross-memory attach when all ranks share a host (ops/cma_backend.h);
+  // MXHOROVOD_CMA_MIN_BYTES: smaller buffers go through MPI.
+  bool cma = true;
+  int64_t cma_min_bytes = 64ll << 10;
   bool hierarchical_allreduce = false;        // HOROVOD_HIERARCHICAL_ALLREDUCE (> 0: on)
   std::string timeline;                       // HOROVOD_TIMELINE: file written by rank 0
                                               // ("" or DYNAMIC: only start_timeline())

@@ -16,6 +16,7 @@
 #include "config.h"
 #include "controller.h"
 #include "executor.h"
+#include "ops/cma_backend.h"
 #include "ops/mpi_backend.h"
 #include "ops/mpi_hierarchical.h"
 #include "tensor_queue.h"
@@ -32,6 +33,7 @@ struct ProcessSet {
   // Members only; made and destroyed by the background thread (it makes every MPI call).
   MPI_Comm comm = MPI_COMM_NULL;
   std::unique_ptr<MPIBackend> backend;
+  std::unique_ptr<CMABackend> cma;  // allreduce on one host, when every member can (MXHOROVOD_CMA)
   std::unique_ptr<MPIHierarchicalBackend> hierarchical;  // global set, HOROVOD_HIERARCHICAL_ALLREDUCE
   std::unique_ptr<Executor> executor;
   std::unique_ptr<Controller> controller;

@@ -37,17 +37,21 @@ MPIBackend::MPIBackend(MPI_Comm comm, int64_t slice_bytes)
   MPI_Comm_size(comm_, &size_);
 }
 
-Status MPIBackend::Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp op,
-                             double scale, bool* scaled) {
-  MPI_Op mpi_op = Op(dtype, op);
+MPI_Op MPIBackend::ReductionOp(DataType dtype, ReduceOp op, double scale, bool* scaled) {
   *scaled = false;
   if (scale != 1.0 && size_ == 2 && (op == ReduceOp::kSum || op == ReduceOp::kAverage)) {
     MPI_Op folded = ops_.ScaledSum(dtype, scale);
     if (folded != MPI_OP_NULL) {
-      mpi_op = folded;
       *scaled = true;
+      return folded;
     }
   }
+  return Op(dtype, op);
+}
+
+Status MPIBackend::Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp op,
+                             double scale, bool* scaled) {
+  const MPI_Op mpi_op = ReductionOp(dtype, op, scale, scaled);
   const int esize = DTypeSize(dtype);
   const int64_t per_call = std::max<int64_t>(1, slice_bytes_ / esize);
   char* p = static_cast<char*>(buf);

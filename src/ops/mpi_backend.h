@@ -32,6 +32,10 @@ class MPIBackend : public Backend {
   // hierarchical backend, which shares them.
   MPI_Datatype Type(DataType t) const { return ops_.Type(t); }
   MPI_Op Op(DataType t, ReduceOp op) const { return ops_.Op(t, op); }
+  // The op of an allreduce wanting its result times `scale`: on a 2-rank communicator a
+  // float32/float64 Sum or Average gets the scaled sum (*scaled = true), else Op(dtype, op)
+  // (*scaled = false). Valid for the next reduction only (ReduceOps::ScaledSum).
+  MPI_Op ReductionOp(DataType dtype, ReduceOp op, double scale, bool* scaled);
 
  private:
   MPI_Comm comm_;

@@ -1,0 +1,54 @@
+"""Which data path the ranks agree on for allreduce (ops/cma_backend.h), and that results are
+right whichever it is. Argument: the case.
+- "off1": rank 1 sets MXHOROVOD_CMA=0, so every rank must use MPI only (a rank alone on
+  cross-memory attach would wait for peers that never join its exchanges);
+- "minmix": ranks set different MXHOROVOD_CMA_MIN_BYTES (rank r: (r + 1) * 256 KiB), and
+  buffers of sizes between the thresholds must take one path on all ranks (the largest);
+- "sets": default settings, with a process set of ranks [0, 1] beside the global set.
+Each rank reduces float32 buffers of 1 KiB .. 4 MiB (Sum, Average, postscale) against
+numpy. The test reads the path chosen from the debug log. Prints RANK <r> OK."""
+import os
+import sys
+
+case = sys.argv[1]
+rank_env = int(os.environ.get("PMI_RANK", "0"))
+if case == "off1" and rank_env == 1:
+    os.environ["MXHOROVOD_CMA"] = "0"
+if case == "minmix":
+    os.environ["MXHOROVOD_CMA_MIN_BYTES"] = str((rank_env + 1) * 256 * 1024)
+
+import mxnet as mx  # noqa: E402
+import numpy as np  # noqa: E402
+
+import mxhorovod as hvd  # noqa: E402
+
+pair = hvd.ProcessSet([0, 1])
+hvd.init(process_sets=[pair] if case == "sets" else None)
+r, n = hvd.rank(), hvd.size()
+
+
+def check(process_set, tag):
+    size, me = process_set.size(), process_set.rank()
+    for k, elems in enumerate([256, 65536 + 3, 100000, 200003, 1 << 20]):
+        xs = [np.random.RandomState(31 * k + q).uniform(-2, 2, elems).astype("float32")
+              for q in range(size)]
+        want = np.sum(np.stack(xs).astype(np.float64), axis=0)
+        for op, post, exp in [(hvd.Sum, 1.0, want), (hvd.Average, 1.0, want / size),
+                              (hvd.Sum, 0.5, want * 0.5)]:
+            x = mx.nd.array(xs[me])
+            y = hvd.allreduce(x, op=op, postscale_factor=post, process_set=process_set,
+                              name="%s.%d.%s.%g" % (tag, elems, op, post)).asnumpy()
+            np.testing.assert_allclose(y, exp, rtol=1e-5, atol=1e-5,
+                                       err_msg="rank %d %s %d elements" % (r, tag, elems))
+            # In place, a tensor alone in its response: reduced in the array itself.
+            hvd.allreduce_(x, op=op, postscale_factor=post, process_set=process_set,
+                           name="%s.inplace.%d.%s.%g" % (tag, elems, op, post))
+            np.testing.assert_allclose(x.asnumpy(), exp, rtol=1e-5, atol=1e-5)
+
+
+check(hvd.global_process_set, "global")
+if case == "sets" and pair.included():
+    check(pair, "pair")
+hvd.allreduce(mx.nd.ones((1,)), name="end").wait_to_read()
+print("RANK %d OK" % r, flush=True)
+hvd.shutdown()
