@@ -34,6 +34,8 @@ CONFIGS = {
     "default": {},
     "nofusion": {"HOROVOD_FUSION_THRESHOLD": "0"},
     "nocache": {"HOROVOD_CACHE_CAPACITY": "0"},
+    # mxhorovod's own: allreduce through MPI only, no cross-memory attach (no Horovod row).
+    "nocma": {"MXHOROVOD_CMA": "0"},
 }
 
 MiB = 1 << 20
@@ -308,7 +310,8 @@ def add_launch_args(ap, configs=("default", "nofusion", "nocache")):
     ap.add_argument("--configs", type=config_list, default=list(configs),
                     help="comma-separated launch configurations among %s "
                          "(nofusion: HOROVOD_FUSION_THRESHOLD=0, nocache: "
-                         "HOROVOD_CACHE_CAPACITY=0)" % ", ".join(CONFIGS))
+                         "HOROVOD_CACHE_CAPACITY=0, nocma: MXHOROVOD_CMA=0, no Horovod "
+                         "row)" % ", ".join(CONFIGS))
     ap.add_argument("--horovod-python", default=None,
                     help="a Python that imports horovod.mxnet (e.g. /work/hvd-venv/bin/python)"
                          "; default: this Python if it can")
@@ -326,7 +329,8 @@ def runs(args):
     out = [("mxhorovod", c, sys.executable) for c in args.configs]
     hp = None if args.no_horovod else horovod_python(args.horovod_python)
     if hp:
-        out += [("horovod", c, hp) for c in args.configs]
+        out += [("horovod", c, hp) for c in args.configs
+                if all(k.startswith("HOROVOD_") for k in CONFIGS[c])]
     return out
 
 

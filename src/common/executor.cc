@@ -59,9 +59,29 @@ Status Executor::Allreduce(const Response& resp, const std::vector<TensorTableEn
   }
   int64_t total = 0;
   for (auto* e : entries) total += e->input.num_elements();
+  Timeline& timeline = Timeline::Get();
+  const int64_t in_place = backend_->InPlaceMinBytes();
+  if (in_place >= 0 && total * esize >= in_place) {
+    // The backend reduces the outputs where they are: no fusion-buffer copies.
+    std::vector<void*> bufs;
+    std::vector<int64_t> counts;
+    for (auto* e : entries) {
+      ScaleCopy(e->output.data, e->input.data, e->input.num_elements(), dt, resp.prescale);
+      bufs.push_back(e->output.data);
+      counts.push_back(e->input.num_elements());
+    }
+    bool scaled = false;
+    timeline.ActivityStartAll(entries, MPIActivityName(OpType::kAllreduce));  // [timeline]
+    auto s = backend_->AllreduceBuffers(bufs, counts, dt, resp.reduce_op, post / divisor, &scaled);
+    timeline.ActivityEndAll(entries);                                          // [timeline]
+    if (!s.ok()) return s;
+    if (!scaled) {
+      for (auto* e : entries) ScaleBuffer(e->output.data, e->input.num_elements(), dt, post, divisor);
+    }
+    return Status::OK();
+  }
   if ((int64_t)fusion_buffer_.size() < total * esize) fusion_buffer_.resize(total * esize);
   char* buf = fusion_buffer_.data();
-  Timeline& timeline = Timeline::Get();
   // The scale factors ride on the pack and unpack copies: no extra pass over the buffer.
   timeline.ActivityStartAll(entries, kActivityMemcpyIn);  // [timeline]
   int64_t off = 0;

@@ -21,6 +21,9 @@ class Executor {
   // parameters. first_dims (allgather) holds size entries per tensor, tensor-major.
   Status Run(const Response& resp, const std::vector<TensorTableEntry*>& entries);
   size_t fusion_buffer_bytes() const { return fusion_buffer_.size(); }
+  // Allreduce groups of this many bytes or more are reduced in place, never packed (-1:
+  // none; Backend::InPlaceMinBytes).
+  int64_t in_place_min_bytes() const { return backend_->InPlaceMinBytes(); }
 
  private:
   Status Allreduce(const Response& resp, const std::vector<TensorTableEntry*>& entries);

@@ -5,6 +5,7 @@
 #define MXHOROVOD_OPS_BACKEND_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "common/common.h"
@@ -22,6 +23,19 @@ class Backend {
   // sets *scaled; otherwise *scaled is false and the caller scales.
   virtual Status Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp op, double scale,
                            bool* scaled) = 0;
+  // Several buffers of one dtype reduced as their concatenation, each in place, without
+  // packing them into one buffer, by a backend that can (it reads the peers' memory): when
+  // InPlaceMinBytes() >= 0 the executor calls AllreduceBuffers for every group of at least
+  // that many bytes instead of packing it into the fusion buffer, and fusion planning puts
+  // tensors of any size into groups. bufs[i] holds counts[i] elements; `scale` and *scaled
+  // as in Allreduce.
+  virtual int64_t InPlaceMinBytes() const { return -1; }
+  virtual Status AllreduceBuffers(const std::vector<void*>& /*bufs*/,
+                                  const std::vector<int64_t>& /*counts*/, DataType /*dtype*/,
+                                  ReduceOp /*op*/, double /*scale*/, bool* scaled) {
+    *scaled = false;
+    return Status::UnknownError(std::string(name()) + ": no in-place group allreduce");
+  }
   virtual Status Broadcast(void* buf, int64_t bytes, int root) = 0;
   // recv gets every rank's block in rank order; recv_bytes[r] is rank r's block size.
   virtual Status Allgatherv(const void* send, int64_t send_bytes, void* recv,

@@ -16,6 +16,7 @@ namespace mxhorovod {
 namespace {
 
 constexpr int64_t kScratchBytes = 256 << 10;  // a piece of a peer's block: fits in L2
+constexpr size_t kMaxIov = 1024;              // IOV_MAX: iovecs per process_vm_readv
 
 Status Check(int rc, const char* what) {
   if (rc == MPI_SUCCESS) return Status::OK();
@@ -139,60 +140,116 @@ CMABackend::CMABackend(MPIBackend* flat, MPI_Comm comm, std::vector<pid_t> pids,
   MPI_Comm_size(comm_, &size_);
 }
 
-Status CMABackend::Read(int peer, void* local, uintptr_t remote, int64_t bytes) const {
-  char* dst = static_cast<char*>(local);
-  while (bytes > 0) {
-    iovec l{dst, (size_t)bytes}, r{(void*)remote, (size_t)bytes};
-    ssize_t n = process_vm_readv(pids_[peer], &l, 1, &r, 1, 0);
-    if (n <= 0) {
-      return Status::UnknownError("allreduce: reading rank " + std::to_string(peer) +
-                                  "'s buffer (process_vm_readv) failed: " +
-                                  (n < 0 ? std::strerror(errno) : "no bytes read"));
+Status CMABackend::Read(int peer, const std::vector<Copy>& copies) const {
+  std::vector<iovec> local, remote;
+  for (size_t at = 0; at < copies.size(); at += kMaxIov) {
+    const size_t end = std::min(copies.size(), at + kMaxIov);
+    local.clear();
+    remote.clear();
+    int64_t want = 0;
+    for (size_t i = at; i < end; ++i) {
+      local.push_back({copies[i].local, (size_t)copies[i].bytes});
+      remote.push_back({(void*)(uintptr_t)copies[i].remote, (size_t)copies[i].bytes});
+      want += copies[i].bytes;
     }
-    dst += n;
-    remote += n;
-    bytes -= n;
+    ssize_t n = process_vm_readv(pids_[peer], local.data(), local.size(), remote.data(),
+                                 remote.size(), 0);
+    if (n == want) continue;
+    // Short (the kernel stops at a failing piece): each piece alone, to finish or to say why.
+    for (size_t i = at; i < end; ++i) {
+      char* dst = copies[i].local;
+      uint64_t src = copies[i].remote;
+      for (int64_t left = copies[i].bytes; left > 0;) {
+        iovec l{dst, (size_t)left}, r{(void*)(uintptr_t)src, (size_t)left};
+        ssize_t got = process_vm_readv(pids_[peer], &l, 1, &r, 1, 0);
+        if (got <= 0) {
+          return Status::UnknownError("allreduce: reading rank " + std::to_string(peer) +
+                                      "'s buffer (process_vm_readv) failed: " +
+                                      (got < 0 ? std::strerror(errno) : "no bytes read"));
+        }
+        dst += got;
+        src += got;
+        left -= got;
+      }
+    }
   }
   return Status::OK();
 }
 
 Status CMABackend::Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp op, double scale,
                              bool* scaled) {
-  const int esize = DTypeSize(dtype);
-  if (count * esize < min_bytes_ || size_ == 1) {
+  if (count * DTypeSize(dtype) < min_bytes_ || size_ == 1) {
     return flat_->Allreduce(buf, count, dtype, op, scale, scaled);
   }
+  return AllreduceBuffers({buf}, {count}, dtype, op, scale, scaled);
+}
+
+Status CMABackend::AllreduceBuffers(const std::vector<void*>& bufs,
+                                    const std::vector<int64_t>& counts, DataType dtype,
+                                    ReduceOp op, double scale, bool* scaled) {
+  const int esize = DTypeSize(dtype);
   const MPI_Datatype type = flat_->Type(dtype);
   const MPI_Op mpi_op = flat_->ReductionOp(dtype, op, scale, scaled);
-  char* mine = static_cast<char*>(buf);
-  uint64_t addr = (uint64_t)(uintptr_t)buf;
-  std::vector<uint64_t> addrs(size_);
-  auto s = AllgatherBytes(&addr, sizeof(addr), addrs.data(), comm_);
+  const size_t k = bufs.size();
+  // starts[i]: first element of buffer i in the concatenation; every rank has the same
+  // counts (negotiated), so blocks cut the same buffers everywhere.
+  std::vector<int64_t> starts(k + 1, 0);
+  for (size_t i = 0; i < k; ++i) starts[i + 1] = starts[i] + counts[i];
+  const int64_t total = starts[k];
+  std::vector<uint64_t> mine(k), addrs(k * size_);
+  for (size_t i = 0; i < k; ++i) mine[i] = (uint64_t)(uintptr_t)bufs[i];
+  auto s = AllgatherBytes(mine.data(), (int)(k * sizeof(uint64_t)), addrs.data(), comm_);
   if (!s.ok()) return s;
-  // Reduce-scatter: this rank's block, each peer's piece added into ours.
+  // Visits the parts of [lo, hi) of the concatenation: f(buffer, first element, elements).
+  auto walk = [&](int64_t lo, int64_t hi, auto&& f) {
+    size_t i = std::upper_bound(starts.begin(), starts.end(), lo) - starts.begin() - 1;
+    for (int64_t at = lo; at < hi; ++i) {
+      if (counts[i] == 0) continue;
+      const int64_t off = at - starts[i], n = std::min(hi, starts[i + 1]) - at;
+      f(i, off, n);
+      at += n;
+    }
+  };
+  // Reduce-scatter: this rank's block, piece by piece; each peer's piece read into the
+  // scratch buffer and combined into ours.
   Status failed;
-  const int64_t lo = BlockStart(count, size_, rank_), hi = BlockStart(count, size_, rank_ + 1);
+  const int64_t lo = BlockStart(total, size_, rank_), hi = BlockStart(total, size_, rank_ + 1);
   const int64_t piece = kScratchBytes / esize;
   for (int64_t at = lo; at < hi && failed.ok(); at += piece) {
-    const int n = (int)std::min(piece, hi - at);
-    for (int k = 1; k < size_ && failed.ok(); ++k) {
-      const int q = (rank_ + k) % size_;
-      failed = Read(q, scratch_.data(), addrs[q] + at * esize, (int64_t)n * esize);
-      if (failed.ok()) {
-        failed = Check(MPI_Reduce_local(scratch_.data(), mine + at * esize, n, type, mpi_op),
-                       "MPI_Reduce_local");
-      }
+    const int64_t end = std::min(hi, at + piece);
+    for (int j = 1; j < size_ && failed.ok(); ++j) {
+      const int q = (rank_ + j) % size_;
+      copies_.clear();
+      char* dst = scratch_.data();
+      walk(at, end, [&](size_t i, int64_t off, int64_t n) {
+        copies_.push_back({dst, addrs[q * k + i] + off * esize, n * esize});
+        dst += n * esize;
+      });
+      failed = Read(q, copies_);
+      if (!failed.ok()) break;
+      const char* src = scratch_.data();
+      walk(at, end, [&](size_t i, int64_t off, int64_t n) {
+        if (!failed.ok()) return;
+        failed = Check(MPI_Reduce_local(src, static_cast<char*>(bufs[i]) + off * esize, (int)n,
+                                        type, mpi_op), "MPI_Reduce_local");
+        src += n * esize;
+      });
     }
   }
   s = Barrier(comm_);
   if (!s.ok()) return s;
-  // Allgather: every other block from its owner.
-  for (int k = 1; k < size_ && failed.ok(); ++k) {
-    const int q = (rank_ + k) % size_;
-    const int64_t qlo = BlockStart(count, size_, q), qhi = BlockStart(count, size_, q + 1);
-    failed = Read(q, mine + qlo * esize, addrs[q] + qlo * esize, (qhi - qlo) * esize);
+  // Allgather: every other block from its owner, straight into our buffers.
+  for (int j = 1; j < size_ && failed.ok(); ++j) {
+    const int q = (rank_ + j) % size_;
+    copies_.clear();
+    walk(BlockStart(total, size_, q), BlockStart(total, size_, q + 1),
+         [&](size_t i, int64_t off, int64_t n) {
+           copies_.push_back({static_cast<char*>(bufs[i]) + off * esize,
+                              addrs[q * k + i] + off * esize, n * esize});
+         });
+    failed = Read(q, copies_);
   }
-  // Everyone has read every block (our buffer may change once we return), and learns
+  // Everyone has read every block (our buffers may change once we return), and learns
   // whether every rank succeeded: a rank's failure leaves wrong bytes in all ranks' blocks.
   int ok = failed.ok() ? 1 : 0;
   std::vector<int> oks(size_);

@@ -1,7 +1,7 @@
 // Allreduce through cross-memory attach (Linux process_vm_readv) when every rank of the
 // communicator runs on this host: each rank reads its peers' buffers directly, with no
 // staging copy through shared-memory cells as MPI's shared-memory transport makes.
-//   1. The ranks exchange their buffer addresses (one small allgather).
+//   1. The ranks exchange their buffers' addresses (one small allgather).
 //   2. Reduce-scatter: rank r owns block r of the buffer (an even split of the elements)
 //      and reduces every peer's block r into its own, reading it piecewise into a small
 //      cache-resident scratch buffer and combining with the MPI op of the MPI backend
@@ -42,8 +42,14 @@ class CMABackend : public Backend {
                                             int64_t min_bytes, std::string* why);
   const char* name() const override { return "CMA"; }
   int64_t min_bytes() const { return min_bytes_; }
+  // Under min_bytes: the MPI backend's; else AllreduceBuffers of the one buffer.
   Status Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp op, double scale,
                    bool* scaled) override;
+  int64_t InPlaceMinBytes() const override { return min_bytes_; }
+  // The steps above over the concatenation of bufs (blocks may span buffers), each buffer
+  // read and written where it is: one address exchange and two barriers per group.
+  Status AllreduceBuffers(const std::vector<void*>& bufs, const std::vector<int64_t>& counts,
+                          DataType dtype, ReduceOp op, double scale, bool* scaled) override;
   Status Broadcast(void* buf, int64_t bytes, int root) override {
     return flat_->Broadcast(buf, bytes, root);
   }
@@ -62,14 +68,22 @@ class CMABackend : public Backend {
 
  private:
   CMABackend(MPIBackend* flat, MPI_Comm comm, std::vector<pid_t> pids, int64_t min_bytes);
-  // Reads bytes at the peer's address `remote` into local; an error names the peer.
-  Status Read(int peer, void* local, uintptr_t remote, int64_t bytes) const;
+  // One copy from a peer: bytes at its address `remote` into `local`.
+  struct Copy {
+    char* local;
+    uint64_t remote;
+    int64_t bytes;
+  };
+  // Reads the copies from the peer (one process_vm_readv for up to IOV_MAX of them); an
+  // error names the peer.
+  Status Read(int peer, const std::vector<Copy>& copies) const;
   MPIBackend* flat_;
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
   std::vector<pid_t> pids_;  // by rank of comm
   int64_t min_bytes_;
   std::vector<char> scratch_;  // one piece of a peer's block, kept in cache
+  std::vector<Copy> copies_;   // reused between calls
 };
 
 }  // namespace mxhorovod

@@ -5,8 +5,8 @@ right whichever it is. Argument: the case.
 - "minmix": ranks set different MXHOROVOD_CMA_MIN_BYTES (rank r: (r + 1) * 256 KiB), and
   buffers of sizes between the thresholds must take one path on all ranks (the largest);
 - "sets": default settings, with a process set of ranks [0, 1] beside the global set.
-Each rank reduces float32 buffers of 1 KiB .. 4 MiB (Sum, Average, postscale) against
-numpy. The test reads the path chosen from the debug log. Prints RANK <r> OK."""
+Each rank reduces float32 buffers of 1 KiB .. 4 MiB (Sum, Average, postscale) and a group of
+3000 small tensors against numpy. The test reads the path chosen from the debug log. Prints RANK <r> OK."""
 import os
 import sys
 
@@ -46,9 +46,28 @@ def check(process_set, tag):
             np.testing.assert_allclose(x.asnumpy(), exp, rtol=1e-5, atol=1e-5)
 
 
+def check_group(process_set, tag):
+    # 3000 tensors of 16 float32 (192 KB): one group reduced in place, each rank's block
+    # spanning more buffers than one process_vm_readv takes (IOV_MAX, 1024); out of place
+    # and in place, with a prescale.
+    size, me = process_set.size(), process_set.rank()
+    xs = [np.random.RandomState(7 + q).uniform(-2, 2, (3000, 16)).astype("float32")
+          for q in range(size)]
+    want = np.sum(np.stack(xs).astype(np.float64), axis=0) * 0.25 / size
+    arrays = [mx.nd.array(row) for row in xs[me]]
+    outs = hvd.grouped_allreduce(arrays, op=hvd.Average, prescale_factor=0.25,
+                                 process_set=process_set, name=tag + ".group")
+    hvd.grouped_allreduce_(arrays, op=hvd.Average, prescale_factor=0.25,
+                           process_set=process_set, name=tag + ".group_")
+    for got in (np.stack([o.asnumpy() for o in outs]), np.stack([a.asnumpy() for a in arrays])):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg="rank %d %s" % (r, tag))
+
+
 check(hvd.global_process_set, "global")
+check_group(hvd.global_process_set, "global")
 if case == "sets" and pair.included():
     check(pair, "pair")
+    check_group(pair, "pair")
 hvd.allreduce(mx.nd.ones((1,)), name="end").wait_to_read()
 print("RANK %d OK" % r, flush=True)
 hvd.shutdown()
