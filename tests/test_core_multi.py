@@ -44,6 +44,10 @@ def test_cma_path_agreed_by_every_rank(case, np_, want):
                        for l in proc.stdout.splitlines()), (r, line, proc.stdout[-4000:])
 
 
+def test_cma_read_failure_names_tensor_and_job_ranks():
+    run_ranks(3, "core_cma_unreadable.py", timeout=240)
+
+
 def test_collectives_without_cache_or_fusion():
     run_ranks(3, "core_collectives.py", timeout=240,
               env={"HOROVOD_CACHE_CAPACITY": "0", "HOROVOD_FUSION_THRESHOLD": "0"})

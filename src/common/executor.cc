@@ -1,6 +1,8 @@
 #include "executor.h"
 
+#include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "ops/scale.h"
 #include "timeline.h"
@@ -20,6 +22,38 @@ std::string OutputSizeError(const TensorTableEntry* e, int64_t want) {
          " elements but the peers send " + std::to_string(want);
 }
 
+// Whether any two of the arrays the group writes or reads overlap in memory (outputs, and
+// the inputs of out-of-place entries, which are copied into the outputs first).
+bool SharesMemory(const std::vector<TensorTableEntry*>& entries, int esize) {
+  std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
+  for (auto* e : entries) {
+    const uintptr_t bytes = (uintptr_t)(e->input.num_elements() * esize);
+    const uintptr_t out = (uintptr_t)e->output.data, in = (uintptr_t)e->input.data;
+    ranges.push_back({out, out + bytes});
+    if (in != out) ranges.push_back({in, in + bytes});
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i) {
+    if (ranges[i].first < ranges[i - 1].second) return true;
+  }
+  return false;
+}
+
+// A backend's failure, prefixed with the collective and the tensors it was running.
+Status NameTensors(const Status& s, OpType op, const std::vector<TensorTableEntry*>& entries) {
+  if (s.ok() || entries.empty()) return s;
+  std::string what = std::string(OpTypeName(op)) + " '" + entries[0]->request.name + "'";
+  if (s.reason().compare(0, what.size(), what) == 0) return s;  // named already
+  if (entries.size() > 1) what += " (and " + std::to_string(entries.size() - 1) + " more)";
+  const std::string m = what + ": " + s.reason();
+  switch (s.code()) {
+    case Status::kInvalidArgument: return Status::InvalidArgument(m);
+    case Status::kPrecondition: return Status::PreconditionError(m);
+    case Status::kAborted: return Status::Aborted(m);
+    default: return Status::UnknownError(m);
+  }
+}
+
 }  // namespace
 
 int64_t ReducescatterRows(int64_t rows, int size, int rank) {
@@ -27,15 +61,16 @@ int64_t ReducescatterRows(int64_t rows, int size, int rank) {
 }
 
 Status Executor::Run(const Response& resp, const std::vector<TensorTableEntry*>& entries) {
+  Status s;
   switch (resp.op_type) {
-    case OpType::kAllreduce: return Allreduce(resp, entries);
-    case OpType::kBroadcast: return Broadcast(resp, entries[0]);
-    case OpType::kAllgather: return Allgather(resp, resp.first_dims, entries[0]);
-    case OpType::kAlltoall: return Alltoall(entries[0]);
-    case OpType::kReducescatter: return Reducescatter(resp, entries);
-    default: break;
+    case OpType::kAllreduce: s = Allreduce(resp, entries); break;
+    case OpType::kBroadcast: s = Broadcast(resp, entries[0]); break;
+    case OpType::kAllgather: s = Allgather(resp, resp.first_dims, entries[0]); break;
+    case OpType::kAlltoall: s = Alltoall(entries[0]); break;
+    case OpType::kReducescatter: s = Reducescatter(resp, entries); break;
+    default: s = Status::UnknownError("unknown collective");
   }
-  return Status::UnknownError("unknown collective");
+  return NameTensors(s, resp.op_type, entries);
 }
 
 Status Executor::Allreduce(const Response& resp, const std::vector<TensorTableEntry*>& entries) {
@@ -62,21 +97,37 @@ Status Executor::Allreduce(const Response& resp, const std::vector<TensorTableEn
   Timeline& timeline = Timeline::Get();
   const int64_t in_place = backend_->InPlaceMinBytes();
   if (in_place >= 0 && total * esize >= in_place) {
-    // The backend reduces the outputs where they are: no fusion-buffer copies.
+    // The backend reduces the outputs where they are: no fusion-buffer copies. Unless two
+    // of the group's arrays share memory (MXNet arrays made over one buffer): reduced in
+    // place, each block owner would read and write both at once (wrong numbers). Then the
+    // group is packed into slices of the fusion buffer, given to the backend as the same
+    // number of buffers of the same sizes, so every rank makes the same calls whichever
+    // way it chose, and each array gets the reduction of its own values.
+    const bool pack = SharesMemory(entries, esize);
+    if (pack && (int64_t)fusion_buffer_.size() < total * esize) fusion_buffer_.resize(total * esize);
     std::vector<void*> bufs;
     std::vector<int64_t> counts;
+    int64_t off = 0;
     for (auto* e : entries) {
-      ScaleCopy(e->output.data, e->input.data, e->input.num_elements(), dt, resp.prescale);
-      bufs.push_back(e->output.data);
-      counts.push_back(e->input.num_elements());
+      const int64_t n = e->input.num_elements();
+      void* dst = pack ? fusion_buffer_.data() + off : e->output.data;
+      ScaleCopy(dst, e->input.data, n, dt, resp.prescale);
+      bufs.push_back(dst);
+      counts.push_back(n);
+      off += n * esize;
     }
     bool scaled = false;
     timeline.ActivityStartAll(entries, MPIActivityName(OpType::kAllreduce));  // [timeline]
     auto s = backend_->AllreduceBuffers(bufs, counts, dt, resp.reduce_op, post / divisor, &scaled);
     timeline.ActivityEndAll(entries);                                          // [timeline]
     if (!s.ok()) return s;
-    if (!scaled) {
-      for (auto* e : entries) ScaleBuffer(e->output.data, e->input.num_elements(), dt, post, divisor);
+    for (size_t i = 0; i < entries.size(); ++i) {
+      if (pack) {
+        ScaleCopy(entries[i]->output.data, bufs[i], counts[i], dt, scaled ? 1.0 : post,
+                  scaled ? 1 : divisor);
+      } else if (!scaled) {
+        ScaleBuffer(bufs[i], counts[i], dt, post, divisor);
+      }
     }
     return Status::OK();
   }

@@ -12,7 +12,7 @@ void ProcessSet::Open(MPI_Comm c, const Config& cfg) {
   MPI_Comm_size(comm, &size);
   backend.reset(new MPIBackend(comm, cfg.slice_bytes));
   std::string why;
-  if (size > 1) cma = CMABackend::Create(backend.get(), comm, cfg.cma, cfg.cma_min_bytes, &why);
+  if (size > 1) cma = CMABackend::Create(backend.get(), comm, ranks, cfg.cma, cfg.cma_min_bytes, &why);
   if (cma) {
     LogDebug(Describe() + ": allreduce of " + std::to_string(cma->min_bytes()) +
              " bytes and more by cross-memory attach (process_vm_readv)");

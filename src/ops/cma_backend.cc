@@ -42,10 +42,11 @@ Status AllgatherBytes(const void* mine, int bytes, void* all, MPI_Comm comm) {
   return s.ok() ? WaitRequest(&req, "MPI_Iallgather") : s;
 }
 
-std::string RanksWhere(const std::vector<int>& flags, int want) {
+// The job's ranks (ranks[r] for rank r of the communicator) whose flag is `want`.
+std::string RanksWhere(const std::vector<int>& flags, int want, const std::vector<int>& ranks) {
   std::string out;
   for (size_t r = 0; r < flags.size(); ++r) {
-    if (flags[r] == want) out += (out.empty() ? "" : ", ") + std::to_string(r);
+    if (flags[r] == want) out += (out.empty() ? "" : ", ") + std::to_string(ranks[r]);
   }
   return out;
 }
@@ -66,11 +67,17 @@ struct Probe {
 
 }  // namespace
 
-std::unique_ptr<CMABackend> CMABackend::Create(MPIBackend* flat, MPI_Comm comm, bool enabled,
+std::unique_ptr<CMABackend> CMABackend::Create(MPIBackend* flat, MPI_Comm comm,
+                                               const std::vector<int>& job_ranks, bool enabled,
                                                int64_t min_bytes, std::string* why) {
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
+  if ((int)job_ranks.size() != size) {  // not given: the communicator's own numbering
+    std::vector<int> same(size);
+    for (int r = 0; r < size; ++r) same[r] = r;
+    return Create(flat, comm, same, enabled, min_bytes, why);
+  }
   // Let peers of the same user read this process under Yama's ptrace_scope=1 (no effect,
   // and EINVAL, where Yama is absent).
   if (enabled) prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
@@ -112,15 +119,15 @@ std::unique_ptr<CMABackend> CMABackend::Create(MPIBackend* flat, MPI_Comm comm, 
     here[q] = std::strncmp(all[q].host, all[0].host, sizeof(all[0].host)) == 0;
   }
   if (std::find(off.begin(), off.end(), 0) != off.end()) {
-    *why = "MXHOROVOD_CMA=0 on ranks " + RanksWhere(off, 0);
+    *why = "MXHOROVOD_CMA=0 on ranks " + RanksWhere(off, 0, job_ranks);
     return nullptr;
   }
   if (std::find(here.begin(), here.end(), 0) != here.end()) {
-    *why = "ranks " + RanksWhere(here, 0) + " run on other hosts than rank 0 (" + all[0].host + ")";
+    *why = "ranks " + RanksWhere(here, 0, job_ranks) + " run on other hosts than rank " + std::to_string(job_ranks[0]) + " (" + all[0].host + ")";
     return nullptr;
   }
   if (std::find(oks.begin(), oks.end(), 0) != oks.end()) {
-    *why = "ranks " + RanksWhere(oks, 0) + " cannot read their peers' memory (process_vm_readv" +
+    *why = "ranks " + RanksWhere(oks, 0, job_ranks) + " cannot read their peers' memory (process_vm_readv" +
            (mine_err.empty() ? std::string(")") : ": " + mine_err + " here)") +
            ": other PID namespaces, or no ptrace permission";
     return nullptr;
@@ -131,11 +138,12 @@ std::unique_ptr<CMABackend> CMABackend::Create(MPIBackend* flat, MPI_Comm comm, 
     pids[q] = (pid_t)all[q].pid;
     job_min = std::max(job_min, all[q].min_bytes);
   }
-  return std::unique_ptr<CMABackend>(new CMABackend(flat, comm, std::move(pids), job_min));
+  return std::unique_ptr<CMABackend>(new CMABackend(flat, comm, job_ranks, std::move(pids), job_min));
 }
 
-CMABackend::CMABackend(MPIBackend* flat, MPI_Comm comm, std::vector<pid_t> pids, int64_t min_bytes)
-    : flat_(flat), comm_(comm), pids_(std::move(pids)), min_bytes_(min_bytes), scratch_(kScratchBytes) {
+CMABackend::CMABackend(MPIBackend* flat, MPI_Comm comm, std::vector<int> job_ranks,
+                       std::vector<pid_t> pids, int64_t min_bytes)
+    : flat_(flat), comm_(comm), job_ranks_(std::move(job_ranks)), pids_(std::move(pids)), min_bytes_(min_bytes), scratch_(kScratchBytes) {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
 }
@@ -163,7 +171,7 @@ Status CMABackend::Read(int peer, const std::vector<Copy>& copies) const {
         iovec l{dst, (size_t)left}, r{(void*)(uintptr_t)src, (size_t)left};
         ssize_t got = process_vm_readv(pids_[peer], &l, 1, &r, 1, 0);
         if (got <= 0) {
-          return Status::UnknownError("allreduce: reading rank " + std::to_string(peer) +
+          return Status::UnknownError("reading rank " + std::to_string(job_ranks_[peer]) +
                                       "'s buffer (process_vm_readv) failed: " +
                                       (got < 0 ? std::strerror(errno) : "no bytes read"));
         }
@@ -257,7 +265,7 @@ Status CMABackend::AllreduceBuffers(const std::vector<void*>& bufs,
   if (!s.ok()) return s;
   if (!failed.ok()) return failed;
   if (std::find(oks.begin(), oks.end(), 0) != oks.end()) {
-    return Status::UnknownError("allreduce: ranks " + RanksWhere(oks, 0) +
+    return Status::UnknownError("ranks " + RanksWhere(oks, 0, job_ranks_) +
                                 " could not read their peers' buffers (process_vm_readv)");
   }
   return Status::OK();

@@ -38,7 +38,9 @@ class CMABackend : public Backend {
   // MXHOROVOD_CMA_MIN_BYTES (the job uses the largest of the ranks' values, so all ranks
   // take the same path for a buffer). Returns nullptr when some rank cannot use it, with
   // the reason (naming the ranks) in *why. flat must outlive the result.
-  static std::unique_ptr<CMABackend> Create(MPIBackend* flat, MPI_Comm comm, bool enabled,
+  // job_ranks[r]: the job's rank of rank r of comm (for the messages).
+  static std::unique_ptr<CMABackend> Create(MPIBackend* flat, MPI_Comm comm,
+                                            const std::vector<int>& job_ranks, bool enabled,
                                             int64_t min_bytes, std::string* why);
   const char* name() const override { return "CMA"; }
   int64_t min_bytes() const { return min_bytes_; }
@@ -67,7 +69,8 @@ class CMABackend : public Backend {
   }
 
  private:
-  CMABackend(MPIBackend* flat, MPI_Comm comm, std::vector<pid_t> pids, int64_t min_bytes);
+  CMABackend(MPIBackend* flat, MPI_Comm comm, std::vector<int> job_ranks, std::vector<pid_t> pids,
+             int64_t min_bytes);
   // One copy from a peer: bytes at its address `remote` into `local`.
   struct Copy {
     char* local;
@@ -80,7 +83,8 @@ class CMABackend : public Backend {
   MPIBackend* flat_;
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
-  std::vector<pid_t> pids_;  // by rank of comm
+  std::vector<int> job_ranks_;  // by rank of comm
+  std::vector<pid_t> pids_;      // by rank of comm
   int64_t min_bytes_;
   std::vector<char> scratch_;  // one piece of a peer's block, kept in cache
   std::vector<Copy> copies_;   // reused between calls
