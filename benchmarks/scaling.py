@@ -201,20 +201,22 @@ def worker(args):
 
 
 def run_model(args, model):
-    """One alternating run per library; returns {"model", "p", "runs": {impl: result}}."""
+    """One alternating run per library and configuration; returns {"model", "p", "runs":
+    {label: result}}, label = the library, followed by the configuration unless default."""
     script = os.path.abspath(__file__)
     base = ["--worker", "--model", model, "--blocks", args.blocks, "--warmup", args.warmup,
             "--image-size", args.image_size, "--steps", steps_for(args, model),
             "--batch-size", batch_for(args, model)]
     out = {"model": model, "p": args.np, "runs": {}}
     for impl, config, python in common.runs(args):
+        label = impl if config == "default" else "%s %s" % (impl, config)
         try:
-            out["runs"][impl] = common.launch(
+            out["runs"][label] = common.launch(
                 args.np, script, base + ["--impl", impl, "--config", config],
                 python=python, env=common.CONFIGS[config], timeout=args.timeout)
         except RuntimeError as e:
-            print("launch failed (%s): %s" % (impl, e), file=sys.stderr)
-            out["runs"][impl] = {"error": common.error_summary(e)}
+            print("launch failed (%s): %s" % (label, e), file=sys.stderr)
+            out["runs"][label] = {"error": common.error_summary(e)}
     return out
 
 
@@ -228,16 +230,17 @@ def summarize(r):
     efficiency, ceiling and gaps (medians over rounds)."""
     p = r["p"]
     rows = []
-    for impl, res in r["runs"].items():
+    for label, res in r["runs"].items():
+        impl = label.split()[0]
         if "error" in res:
-            rows.append({"model": r["model"], "library": impl, "run": impl, "ranks": p,
+            rows.append({"model": r["model"], "library": label, "run": impl, "ranks": p,
                          "error": res["error"]})
             continue
         rounds = res["rounds"]
         eff = {m: [x[m] / (p * x["one"]) for x in rounds] for m in rounds[0] if m != "one"}
         ceiling = eff.pop("independent")
         for mode in modes_for(impl):
-            row = {"model": r["model"], "library": impl,
+            row = {"model": r["model"], "library": label,
                    "run": NAMES[mode].format(p=p, impl=impl),
                    "ranks": 1 if mode == "one" else p,
                    "images_per_s": stats([x[mode] for x in rounds])}

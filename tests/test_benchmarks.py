@@ -143,6 +143,21 @@ def test_scaling_mnist():
         lambda x: (x["lockstep"] - x["dist"]) / (2 * x["one"])))
 
 
+def test_scaling_keeps_each_configuration_apart():
+    # Two launches of one library (default, nocma) each get their own rows, computed from
+    # their own rounds (the second once replaced the first under the library's name).
+    import scaling
+    fast = {"one": 100.0, "independent": 190.0, "lockstep": 180.0, "dist": 170.0, "views": 175.0}
+    slow = dict(fast, dist=150.0, views=155.0)
+    rows = scaling.summarize({"model": "m", "p": 2, "runs": {
+        "mxhorovod": {"rounds": [fast, fast]}, "mxhorovod nocma": {"rounds": [slow, slow]}}})
+    dist = {r["library"]: r for r in rows if r["run"] == "mxhorovod"}
+    assert set(dist) == {"mxhorovod", "mxhorovod nocma"}
+    assert dist["mxhorovod"]["efficiency"] == pytest.approx(0.85)
+    assert dist["mxhorovod nocma"]["efficiency"] == pytest.approx(0.75)
+    assert {r["run"] for r in rows if r["library"] == "mxhorovod nocma"} == RUNS
+
+
 @pytest.mark.slow
 def test_scaling_resnet50():
     obj = run_script("scaling.py", "--model", "resnet50", timeout=400)

@@ -94,43 +94,9 @@ Status Executor::Allreduce(const Response& resp, const std::vector<TensorTableEn
   }
   int64_t total = 0;
   for (auto* e : entries) total += e->input.num_elements();
-  Timeline& timeline = Timeline::Get();
   const int64_t in_place = backend_->InPlaceMinBytes();
-  if (in_place >= 0 && total * esize >= in_place) {
-    // The backend reduces the outputs where they are: no fusion-buffer copies. Unless two
-    // of the group's arrays share memory (MXNet arrays made over one buffer): reduced in
-    // place, each block owner would read and write both at once (wrong numbers). Then the
-    // group is packed into slices of the fusion buffer, given to the backend as the same
-    // number of buffers of the same sizes, so every rank makes the same calls whichever
-    // way it chose, and each array gets the reduction of its own values.
-    const bool pack = SharesMemory(entries, esize);
-    if (pack && (int64_t)fusion_buffer_.size() < total * esize) fusion_buffer_.resize(total * esize);
-    std::vector<void*> bufs;
-    std::vector<int64_t> counts;
-    int64_t off = 0;
-    for (auto* e : entries) {
-      const int64_t n = e->input.num_elements();
-      void* dst = pack ? fusion_buffer_.data() + off : e->output.data;
-      ScaleCopy(dst, e->input.data, n, dt, resp.prescale);
-      bufs.push_back(dst);
-      counts.push_back(n);
-      off += n * esize;
-    }
-    bool scaled = false;
-    timeline.ActivityStartAll(entries, MPIActivityName(OpType::kAllreduce));  // [timeline]
-    auto s = backend_->AllreduceBuffers(bufs, counts, dt, resp.reduce_op, post / divisor, &scaled);
-    timeline.ActivityEndAll(entries);                                          // [timeline]
-    if (!s.ok()) return s;
-    for (size_t i = 0; i < entries.size(); ++i) {
-      if (pack) {
-        ScaleCopy(entries[i]->output.data, bufs[i], counts[i], dt, scaled ? 1.0 : post,
-                  scaled ? 1 : divisor);
-      } else if (!scaled) {
-        ScaleBuffer(bufs[i], counts[i], dt, post, divisor);
-      }
-    }
-    return Status::OK();
-  }
+  if (in_place >= 0 && total * esize >= in_place) return AllreduceInPlace(resp, entries, total);
+  Timeline& timeline = Timeline::Get();
   if ((int64_t)fusion_buffer_.size() < total * esize) fusion_buffer_.resize(total * esize);
   char* buf = fusion_buffer_.data();
   // The scale factors ride on the pack and unpack copies: no extra pass over the buffer.
@@ -156,6 +122,48 @@ Status Executor::Allreduce(const Response& resp, const std::vector<TensorTableEn
     off += n * esize;
   }
   timeline.ActivityEndAll(entries);  // [timeline]
+  return Status::OK();
+}
+
+// A group reduced where its tensors are, by a backend that can (Backend::InPlaceMinBytes):
+// no fusion-buffer copies. Unless two of the group's arrays share memory (MXNet arrays made
+// over one buffer): reduced in place, each block owner would read and write both at once
+// (wrong numbers). Then the group is packed into slices of the fusion buffer, given to the
+// backend as the same number of buffers of the same sizes, so every rank makes the same
+// calls whichever way it chose, and each array gets the reduction of its own values.
+Status Executor::AllreduceInPlace(const Response& resp, const std::vector<TensorTableEntry*>& entries,
+                                  int64_t total) {
+  const DataType dt = resp.dtype;
+  const int esize = DTypeSize(dt);
+  const double post = resp.postscale;
+  const int divisor = resp.reduce_op == ReduceOp::kAverage ? size_ : 1;
+  const bool pack = SharesMemory(entries, esize);
+  if (pack && (int64_t)fusion_buffer_.size() < total * esize) fusion_buffer_.resize(total * esize);
+  std::vector<void*> bufs;
+  std::vector<int64_t> counts;
+  int64_t off = 0;
+  for (auto* e : entries) {
+    const int64_t n = e->input.num_elements();
+    void* dst = pack ? fusion_buffer_.data() + off : e->output.data;
+    ScaleCopy(dst, e->input.data, n, dt, resp.prescale);
+    bufs.push_back(dst);
+    counts.push_back(n);
+    off += n * esize;
+  }
+  bool scaled = false;
+  Timeline& timeline = Timeline::Get();
+  timeline.ActivityStartAll(entries, MPIActivityName(OpType::kAllreduce));  // [timeline]
+  auto s = backend_->AllreduceBuffers(bufs, counts, dt, resp.reduce_op, post / divisor, &scaled);
+  timeline.ActivityEndAll(entries);                                          // [timeline]
+  if (!s.ok()) return s;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (pack) {
+      ScaleCopy(entries[i]->output.data, bufs[i], counts[i], dt, scaled ? 1.0 : post,
+                scaled ? 1 : divisor);
+    } else if (!scaled) {
+      ScaleBuffer(bufs[i], counts[i], dt, post, divisor);
+    }
+  }
   return Status::OK();
 }
 

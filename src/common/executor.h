@@ -27,6 +27,8 @@ class Executor {
 
  private:
   Status Allreduce(const Response& resp, const std::vector<TensorTableEntry*>& entries);
+  Status AllreduceInPlace(const Response& resp, const std::vector<TensorTableEntry*>& entries,
+                          int64_t total);
   Status Broadcast(const Response& resp, TensorTableEntry* e);
   Status Allgather(const Response& resp, const std::vector<int64_t>& first_dims, TensorTableEntry* e);
   Status Alltoall(TensorTableEntry* e);
