@@ -123,7 +123,8 @@ std::unique_ptr<CMABackend> CMABackend::Create(MPIBackend* flat, MPI_Comm comm,
     return nullptr;
   }
   if (std::find(here.begin(), here.end(), 0) != here.end()) {
-    *why = "ranks " + RanksWhere(here, 0, job_ranks) + " run on other hosts than rank " + std::to_string(job_ranks[0]) + " (" + all[0].host + ")";
+    *why = "ranks " + RanksWhere(here, 0, job_ranks) + " run on other hosts than rank " +
+           std::to_string(job_ranks[0]) + " (" + all[0].host + ")";
     return nullptr;
   }
   if (std::find(oks.begin(), oks.end(), 0) != oks.end()) {
@@ -143,7 +144,12 @@ std::unique_ptr<CMABackend> CMABackend::Create(MPIBackend* flat, MPI_Comm comm,
 
 CMABackend::CMABackend(MPIBackend* flat, MPI_Comm comm, std::vector<int> job_ranks,
                        std::vector<pid_t> pids, int64_t min_bytes)
-    : flat_(flat), comm_(comm), job_ranks_(std::move(job_ranks)), pids_(std::move(pids)), min_bytes_(min_bytes), scratch_(kScratchBytes) {
+    : MPIAllreduceOverlay(flat),
+      comm_(comm),
+      job_ranks_(std::move(job_ranks)),
+      pids_(std::move(pids)),
+      min_bytes_(min_bytes),
+      scratch_(kScratchBytes) {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
 }

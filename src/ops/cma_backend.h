@@ -32,7 +32,7 @@
 
 namespace mxhorovod {
 
-class CMABackend : public Backend {
+class CMABackend : public MPIAllreduceOverlay {
  public:
   // Collective over comm. `enabled`: this rank's MXHOROVOD_CMA; `min_bytes`: this rank's
   // MXHOROVOD_CMA_MIN_BYTES (the job uses the largest of the ranks' values, so all ranks
@@ -52,21 +52,6 @@ class CMABackend : public Backend {
   // read and written where it is: one address exchange and two barriers per group.
   Status AllreduceBuffers(const std::vector<void*>& bufs, const std::vector<int64_t>& counts,
                           DataType dtype, ReduceOp op, double scale, bool* scaled) override;
-  Status Broadcast(void* buf, int64_t bytes, int root) override {
-    return flat_->Broadcast(buf, bytes, root);
-  }
-  Status Allgatherv(const void* send, int64_t send_bytes, void* recv,
-                    const std::vector<int64_t>& recv_bytes) override {
-    return flat_->Allgatherv(send, send_bytes, recv, recv_bytes);
-  }
-  Status Alltoallv(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
-                   const std::vector<int64_t>& recv_bytes) override {
-    return flat_->Alltoallv(send, send_bytes, recv, recv_bytes);
-  }
-  Status Reducescatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
-                       DataType dtype, ReduceOp op) override {
-    return flat_->Reducescatter(send, recv, recv_counts, dtype, op);
-  }
 
  private:
   CMABackend(MPIBackend* flat, MPI_Comm comm, std::vector<int> job_ranks, std::vector<pid_t> pids,
@@ -80,7 +65,6 @@ class CMABackend : public Backend {
   // Reads the copies from the peer (one process_vm_readv for up to IOV_MAX of them); an
   // error names the peer.
   Status Read(int peer, const std::vector<Copy>& copies) const;
-  MPIBackend* flat_;
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
   std::vector<int> job_ranks_;  // by rank of comm

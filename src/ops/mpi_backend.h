@@ -44,6 +44,31 @@ class MPIBackend : public Backend {
   ReduceOps ops_;
 };
 
+// A backend that replaces MPI's allreduce only (hierarchical, cross-memory attach): every
+// other collective goes to the flat MPI backend, which must outlive it.
+class MPIAllreduceOverlay : public Backend {
+ public:
+  explicit MPIAllreduceOverlay(MPIBackend* flat) : flat_(flat) {}
+  Status Broadcast(void* buf, int64_t bytes, int root) override {
+    return flat_->Broadcast(buf, bytes, root);
+  }
+  Status Allgatherv(const void* send, int64_t send_bytes, void* recv,
+                    const std::vector<int64_t>& recv_bytes) override {
+    return flat_->Allgatherv(send, send_bytes, recv, recv_bytes);
+  }
+  Status Alltoallv(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
+                   const std::vector<int64_t>& recv_bytes) override {
+    return flat_->Alltoallv(send, send_bytes, recv, recv_bytes);
+  }
+  Status Reducescatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
+                       DataType dtype, ReduceOp op) override {
+    return flat_->Reducescatter(send, recv, recv_counts, dtype, op);
+  }
+
+ protected:
+  MPIBackend* flat_;
+};
+
 }  // namespace mxhorovod
 
 #endif  // MXHOROVOD_OPS_MPI_BACKEND_H_

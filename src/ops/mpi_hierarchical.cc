@@ -34,7 +34,7 @@ std::string RankList(const std::vector<int>& flags, int want) {
 
 MPIHierarchicalBackend::MPIHierarchicalBackend(MPIBackend* flat, MPI_Comm local, MPI_Comm cross,
                                                int64_t slice_bytes)
-    : flat_(flat), local_(local), cross_(cross),
+    : MPIAllreduceOverlay(flat), local_(local), cross_(cross),
       slice_bytes_(slice_bytes > 0 ? slice_bytes : (int64_t)1 << 22) {
   MPI_Comm_rank(local_, &local_rank_);
   MPI_Comm_size(local_, &local_size_);

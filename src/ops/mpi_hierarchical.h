@@ -14,7 +14,7 @@
 
 namespace mxhorovod {
 
-class MPIHierarchicalBackend : public Backend {
+class MPIHierarchicalBackend : public MPIAllreduceOverlay {
  public:
   // flat: used for its MPI types and ops and for every collective but allreduce; must
   // outlive this. local: the ranks of this host; cross: the ranks with this local rank,
@@ -24,26 +24,10 @@ class MPIHierarchicalBackend : public Backend {
   // Never scales (*scaled = false): the executor does.
   Status Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp op, double scale,
                    bool* scaled) override;
-  Status Broadcast(void* buf, int64_t bytes, int root) override {
-    return flat_->Broadcast(buf, bytes, root);
-  }
-  Status Allgatherv(const void* send, int64_t send_bytes, void* recv,
-                    const std::vector<int64_t>& recv_bytes) override {
-    return flat_->Allgatherv(send, send_bytes, recv, recv_bytes);
-  }
-  Status Alltoallv(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
-                   const std::vector<int64_t>& recv_bytes) override {
-    return flat_->Alltoallv(send, send_bytes, recv, recv_bytes);
-  }
-  Status Reducescatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
-                       DataType dtype, ReduceOp op) override {
-    return flat_->Reducescatter(send, recv, recv_counts, dtype, op);
-  }
   void set_slice_bytes(int64_t bytes) { slice_bytes_ = bytes > 0 ? bytes : slice_bytes_; }
 
  private:
   Status AllreduceSlice(char* p, int n, MPI_Datatype type, MPI_Op op);
-  MPIBackend* flat_;
   MPI_Comm local_, cross_;
   int local_rank_ = 0, local_size_ = 1, cross_size_ = 1;
   int64_t slice_bytes_;
