@@ -262,15 +262,16 @@ void RunCycle(ProcessSet& set, bool shutdown_requested, MPI_Comm world, int worl
   set.queue.TakeMany(keys, &taken, &found);
   std::vector<FusionItem> items;
   items.reserve(ok.size());
+  // A backend that reduces groups in place (cross-memory attach) takes allreduces of every size.
+  const bool groups_in_place = set.executor->in_place_min_bytes() >= 0;
   for (size_t i = 0; i < ok.size(); ++i) {
     const Response& r = *ok[i];
     int64_t bytes = found[i] ? taken[i].input.num_elements() * DTypeSize(r.dtype) : 0;
     // A tensor of zero_copy_bytes or more is reduced in place: copying it into the
-    // fusion buffer and back costs more than the MPI call it would save. A backend that
-    // reduces groups in place (cross-memory attach) takes allreduces of every size.
+    // fusion buffer and back costs more than the MPI call it would save.
     bool fusable = (r.op_type == OpType::kAllreduce || r.op_type == OpType::kReducescatter) &&
                    (bytes < cfg.zero_copy_bytes ||
-                    (r.op_type == OpType::kAllreduce && set.executor->in_place_min_bytes() >= 0));
+                    (r.op_type == OpType::kAllreduce && groups_in_place));
     items.push_back({fusable, r.op_type, r.dtype, r.reduce_op, r.prescale, r.postscale, bytes});
     *bytes_done += bytes;
   }

@@ -11,13 +11,12 @@ void ProcessSet::Open(MPI_Comm c, const Config& cfg) {
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
   backend.reset(new MPIBackend(comm, cfg.slice_bytes));
-  std::string why;
-  if (size > 1) cma = CMABackend::Create(backend.get(), comm, ranks, cfg.cma, cfg.cma_min_bytes, &why);
-  if (cma) {
-    LogDebug(Describe() + ": allreduce of " + std::to_string(cma->min_bytes()) +
-             " bytes and more by cross-memory attach (process_vm_readv)");
-  } else if (size > 1) {
-    LogDebug(Describe() + ": allreduce through MPI only: " + why);
+  if (size > 1) {
+    std::string why;
+    cma = CMABackend::Create(backend.get(), comm, ranks, cfg.cma, cfg.cma_min_bytes, &why);
+    LogDebug(Describe() + (cma ? ": allreduce of " + std::to_string(cma->min_bytes()) +
+                                     " bytes and more by cross-memory attach (process_vm_readv)"
+                               : ": allreduce through MPI only: " + why));
   }
   executor.reset(new Executor(cma ? static_cast<Backend*>(cma.get()) : backend.get(), rank, size));
   controller.reset(new Controller(comm, rank, size, (size_t)cfg.cache_capacity, &queue, cfg.stall));

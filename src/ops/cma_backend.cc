@@ -18,26 +18,21 @@ namespace {
 constexpr int64_t kScratchBytes = 256 << 10;  // a piece of a peer's block: fits in L2
 constexpr size_t kMaxIov = 1024;              // IOV_MAX: iovecs per process_vm_readv
 
-Status Check(int rc, const char* what) {
-  if (rc == MPI_SUCCESS) return Status::OK();
-  return Status::UnknownError(std::string("MPI error in ") + what + ": " + MPIErrorString(rc));
-}
-
 // The wait policy of the data plane (mpi_wait.h): MPI's blocking call, or the nonblocking
 // one waited on with yield-then-sleep.
 Status Barrier(MPI_Comm comm) {
-  if (GetWaitPolicy().blocking_data) return Check(MPI_Barrier(comm), "MPI_Barrier");
+  if (GetWaitPolicy().blocking_data) return CheckMPI(MPI_Barrier(comm), "MPI_Barrier");
   MPI_Request req;
-  auto s = Check(MPI_Ibarrier(comm, &req), "MPI_Ibarrier");
+  auto s = CheckMPI(MPI_Ibarrier(comm, &req), "MPI_Ibarrier");
   return s.ok() ? WaitRequest(&req, "MPI_Ibarrier") : s;
 }
 
 Status AllgatherBytes(const void* mine, int bytes, void* all, MPI_Comm comm) {
   if (GetWaitPolicy().blocking_data) {
-    return Check(MPI_Allgather(mine, bytes, MPI_BYTE, all, bytes, MPI_BYTE, comm), "MPI_Allgather");
+    return CheckMPI(MPI_Allgather(mine, bytes, MPI_BYTE, all, bytes, MPI_BYTE, comm), "MPI_Allgather");
   }
   MPI_Request req;
-  auto s = Check(MPI_Iallgather(mine, bytes, MPI_BYTE, all, bytes, MPI_BYTE, comm, &req),
+  auto s = CheckMPI(MPI_Iallgather(mine, bytes, MPI_BYTE, all, bytes, MPI_BYTE, comm, &req),
                  "MPI_Iallgather");
   return s.ok() ? WaitRequest(&req, "MPI_Iallgather") : s;
 }
@@ -88,7 +83,7 @@ std::unique_ptr<CMABackend> CMABackend::Create(MPIBackend* flat, MPI_Comm comm,
   Probe mine{getpid(), (uint64_t)(uintptr_t)&token, token, min_bytes, enabled ? 1 : 0, 0, {}};
   gethostname(mine.host, sizeof(mine.host) - 1);
   std::vector<Probe> all(size);
-  auto s = Check(MPI_Allgather(&mine, sizeof(Probe), MPI_BYTE, all.data(), sizeof(Probe), MPI_BYTE, comm),
+  auto s = CheckMPI(MPI_Allgather(&mine, sizeof(Probe), MPI_BYTE, all.data(), sizeof(Probe), MPI_BYTE, comm),
                  "MPI_Allgather");
   if (!s.ok()) {
     *why = s.reason();
@@ -108,7 +103,7 @@ std::unique_ptr<CMABackend> CMABackend::Create(MPIBackend* flat, MPI_Comm comm,
     }
   }
   std::vector<int> oks(size);
-  s = Check(MPI_Allgather(&ok, 1, MPI_INT, oks.data(), 1, MPI_INT, comm), "MPI_Allgather");
+  s = CheckMPI(MPI_Allgather(&ok, 1, MPI_INT, oks.data(), 1, MPI_INT, comm), "MPI_Allgather");
   if (!s.ok()) {
     *why = s.reason();
     return nullptr;
@@ -192,7 +187,7 @@ Status CMABackend::Read(int peer, const std::vector<Copy>& copies) const {
 
 Status CMABackend::Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp op, double scale,
                              bool* scaled) {
-  if (count * DTypeSize(dtype) < min_bytes_ || size_ == 1) {
+  if (count * DTypeSize(dtype) < min_bytes_) {
     return flat_->Allreduce(buf, count, dtype, op, scale, scaled);
   }
   return AllreduceBuffers({buf}, {count}, dtype, op, scale, scaled);
@@ -244,7 +239,7 @@ Status CMABackend::AllreduceBuffers(const std::vector<void*>& bufs,
       const char* src = scratch_.data();
       walk(at, end, [&](size_t i, int64_t off, int64_t n) {
         if (!failed.ok()) return;
-        failed = Check(MPI_Reduce_local(src, static_cast<char*>(bufs[i]) + off * esize, (int)n,
+        failed = CheckMPI(MPI_Reduce_local(src, static_cast<char*>(bufs[i]) + off * esize, (int)n,
                                         type, mpi_op), "MPI_Reduce_local");
         src += n * esize;
       });

@@ -9,11 +9,6 @@
 namespace mxhorovod {
 namespace {
 
-Status Check(int rc, const char* what) {
-  if (rc == MPI_SUCCESS) return Status::OK();
-  return Status::UnknownError(std::string("MPI error in ") + what + ": " + MPIErrorString(rc));
-}
-
 Status ToIntCounts(const std::vector<int64_t>& bytes, std::vector<int>* counts,
                    std::vector<int>* displs, const char* what) {
   counts->resize(bytes.size());
@@ -59,11 +54,11 @@ Status MPIBackend::Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp 
     int n = static_cast<int>(std::min(per_call, count - done));
     Status s;
     if (GetWaitPolicy().blocking_data) {
-      s = Check(MPI_Allreduce(MPI_IN_PLACE, p + done * esize, n, Type(dtype), mpi_op, comm_),
+      s = CheckMPI(MPI_Allreduce(MPI_IN_PLACE, p + done * esize, n, Type(dtype), mpi_op, comm_),
                 "MPI_Allreduce");
     } else {
       MPI_Request req;
-      s = Check(MPI_Iallreduce(MPI_IN_PLACE, p + done * esize, n, Type(dtype), mpi_op, comm_,
+      s = CheckMPI(MPI_Iallreduce(MPI_IN_PLACE, p + done * esize, n, Type(dtype), mpi_op, comm_,
                                &req), "MPI_Iallreduce");
       if (s.ok()) s = WaitRequest(&req, "MPI_Iallreduce");
     }
@@ -78,10 +73,10 @@ Status MPIBackend::Broadcast(void* buf, int64_t bytes, int root) {
     int n = static_cast<int>(std::min(slice_bytes_, bytes - done));
     Status s;
     if (GetWaitPolicy().blocking_data) {
-      s = Check(MPI_Bcast(p + done, n, MPI_BYTE, root, comm_), "MPI_Bcast");
+      s = CheckMPI(MPI_Bcast(p + done, n, MPI_BYTE, root, comm_), "MPI_Bcast");
     } else {
       MPI_Request req;
-      s = Check(MPI_Ibcast(p + done, n, MPI_BYTE, root, comm_, &req), "MPI_Ibcast");
+      s = CheckMPI(MPI_Ibcast(p + done, n, MPI_BYTE, root, comm_, &req), "MPI_Ibcast");
       if (s.ok()) s = WaitRequest(&req, "MPI_Ibcast");
     }
     if (!s.ok()) return s;
@@ -95,7 +90,7 @@ Status MPIBackend::Allgatherv(const void* send, int64_t send_bytes, void* recv,
   auto s = ToIntCounts(recv_bytes, &counts, &displs, "allgather");
   if (!s.ok()) return s;
   MPI_Request req;
-  s = Check(MPI_Iallgatherv(send, static_cast<int>(send_bytes), MPI_BYTE, recv, counts.data(),
+  s = CheckMPI(MPI_Iallgatherv(send, static_cast<int>(send_bytes), MPI_BYTE, recv, counts.data(),
                             displs.data(), MPI_BYTE, comm_, &req), "MPI_Iallgatherv");
   if (!s.ok()) return s;
   return WaitRequest(&req, "MPI_Iallgatherv");
@@ -109,7 +104,7 @@ Status MPIBackend::Alltoallv(const void* send, const std::vector<int64_t>& send_
   s = ToIntCounts(recv_bytes, &rcounts, &rdispls, "alltoall");
   if (!s.ok()) return s;
   MPI_Request req;
-  s = Check(MPI_Ialltoallv(send, scounts.data(), sdispls.data(), MPI_BYTE, recv, rcounts.data(),
+  s = CheckMPI(MPI_Ialltoallv(send, scounts.data(), sdispls.data(), MPI_BYTE, recv, rcounts.data(),
                            rdispls.data(), MPI_BYTE, comm_, &req), "MPI_Ialltoallv");
   if (!s.ok()) return s;
   return WaitRequest(&req, "MPI_Ialltoallv");
@@ -122,11 +117,11 @@ Status MPIBackend::Reducescatter(const void* send, void* recv,
   auto s = ToIntCounts(recv_counts, &counts, &displs, "reducescatter");
   if (!s.ok()) return s;
   if (GetWaitPolicy().blocking_data) {
-    return Check(MPI_Reduce_scatter(send, recv, counts.data(), Type(dtype), Op(dtype, op), comm_),
+    return CheckMPI(MPI_Reduce_scatter(send, recv, counts.data(), Type(dtype), Op(dtype, op), comm_),
                  "MPI_Reduce_scatter");
   }
   MPI_Request req;
-  s = Check(MPI_Ireduce_scatter(send, recv, counts.data(), Type(dtype), Op(dtype, op), comm_, &req),
+  s = CheckMPI(MPI_Ireduce_scatter(send, recv, counts.data(), Type(dtype), Op(dtype, op), comm_, &req),
             "MPI_Ireduce_scatter");
   if (!s.ok()) return s;
   return WaitRequest(&req, "MPI_Ireduce_scatter");

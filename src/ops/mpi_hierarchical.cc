@@ -9,14 +9,9 @@
 namespace mxhorovod {
 namespace {
 
-Status Check(int rc, const char* what) {
-  if (rc == MPI_SUCCESS) return Status::OK();
-  return Status::UnknownError(std::string("MPI error in ") + what + ": " + MPIErrorString(rc));
-}
-
 // Starts a nonblocking call (its return code in rc) and waits for it.
 Status RunAndWait(int rc, MPI_Request* req, const char* what) {
-  auto s = Check(rc, what);
+  auto s = CheckMPI(rc, what);
   if (!s.ok()) return s;
   return WaitRequest(req, what);
 }
@@ -84,7 +79,7 @@ Status AgreeOnHierarchical(MPI_Comm comm, bool mine) {
   MPI_Comm_size(comm, &size);
   std::vector<int> flags(size);
   int flag = mine ? 1 : 0;
-  auto s = Check(MPI_Allgather(&flag, 1, MPI_INT, flags.data(), 1, MPI_INT, comm), "MPI_Allgather");
+  auto s = CheckMPI(MPI_Allgather(&flag, 1, MPI_INT, flags.data(), 1, MPI_INT, comm), "MPI_Allgather");
   if (!s.ok()) return s;
   if (std::all_of(flags.begin(), flags.end(), [&](int f) { return f == flags[0]; })) return s;
   return Status::InvalidArgument(

@@ -21,14 +21,17 @@ std::string MPIErrorString(int code) {
   return std::string(buf, len);
 }
 
+Status CheckMPI(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return Status::OK();
+  return Status::UnknownError(std::string("MPI error in ") + what + ": " + MPIErrorString(rc));
+}
+
 Status WaitRequest(MPI_Request* req, const char* what) {
   int done = 0;
   long sleep_ns = 10000;
   for (int round = 0;; ++round) {
     int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) {
-      return Status::UnknownError(std::string("MPI error in ") + what + ": " + MPIErrorString(rc));
-    }
+    if (rc != MPI_SUCCESS) return CheckMPI(rc, what);
     if (done) return Status::OK();
     if (round < g_policy.spins) {
       sched_yield();

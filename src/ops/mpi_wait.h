@@ -26,6 +26,8 @@ const WaitPolicy& GetWaitPolicy();
 Status WaitRequest(MPI_Request* req, const char* what);
 // MPI's error text for a return code.
 std::string MPIErrorString(int code);
+// OK for MPI_SUCCESS, else "MPI error in <what>: <MPI's text>" (the data plane's wording).
+Status CheckMPI(int rc, const char* what);
 
 }  // namespace mxhorovod
 
