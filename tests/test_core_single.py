@@ -113,6 +113,9 @@ def test_plan_fusion_groups_by_key_within_threshold():
     ("HOROVOD_CYCLE_TIME", "inf", "not a non-negative number"),
     ("MXHOROVOD_BLOCKING_DATA", "0.5", "not a boolean"),
     ("MXHOROVOD_BLOCKING_DATA", "garbage", "not a boolean"),
+    ("MXHOROVOD_CMA", "maybe", "MXHOROVOD_CMA='maybe' is not a boolean"),
+    ("MXHOROVOD_CMA_MIN_BYTES", "-5", "MXHOROVOD_CMA_MIN_BYTES='-5' is not a non-negative number"),
+    ("MXHOROVOD_CMA_MIN_BYTES", "abc", "not a non-negative number"),
 ])
 def test_out_of_range_environment_values_are_refused(var, value, needle):
     import os
