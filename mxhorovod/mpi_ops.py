@@ -282,7 +282,9 @@ def _grouped(tensors, outputs, average, name, priority, prescale_factor, postsca
     op = _resolve_op(op, average, what)
     pid = _ps_id(process_set, what)
     base = _name("grouped_allreduce", name, pid)
-    _core.grouped_allreduce([_handle(t) for t in tensors], [_handle(o) for o in outputs],
+    ins = [t.handle.value for t in tensors]
+    outs = ins if outputs is tensors else [o.handle.value for o in outputs]
+    _core.grouped_allreduce(ins, outs,
                             base,  # the core names tensor i '<base>.<i>'
                             op, _factor(prescale_factor, "prescale_factor", base),
                             _factor(postscale_factor, "postscale_factor", base),
