@@ -199,3 +199,16 @@ def test_launch_timeout_kills_every_rank(tmp_path):
             except OSError:
                 pass
     assert alive == [], "left running: %s" % alive
+
+
+def test_each_horovod_launch_follows_its_mxhorovod_launch():
+    # Raw Horovod/mxhorovod ratios pair launches of one configuration: adjacent, not all of
+    # one library first (minutes apart on a machine that drifts). nocma has no Horovod run.
+    import argparse
+    args = argparse.Namespace(configs=["default", "nofusion", "nocma"], no_horovod=False,
+                              horovod_python=sys.executable)
+    assert [(impl, c) for impl, c, _ in common.runs(args)] == [
+        ("mxhorovod", "default"), ("horovod", "default"), ("mxhorovod", "nofusion"),
+        ("horovod", "nofusion"), ("mxhorovod", "nocma")]
+    args.no_horovod = True
+    assert [impl for impl, _, _ in common.runs(args)] == ["mxhorovod"] * 3
