@@ -1,6 +1,6 @@
-"""allreduce/allreduce_ take a shortcut for the common call (named, global set, default
-priority and scale factors): it must hand the core exactly what the general checks hand it,
-and let through nothing they refuse. The core is replaced by a recorder (no init needed)."""
+"""What allreduce/allreduce_ hand the core for each form of call, and what they refuse
+before it (the core is replaced by a recorder: no init, no MPI)."""
+import threading
 import warnings
 
 import mxnet as mx
@@ -25,35 +25,33 @@ def core(monkeypatch):
     return rec
 
 
-# Keyword sets the shortcut takes (first) and forms the general path must treat alike.
-SHORTCUT = [
-    dict(name="g"),
-    dict(name="g", op=hvd.Sum),
-    dict(name="g", op=hvd.Min),
-    dict(name="g", op=hvd.Max),
-    dict(name="g", op=hvd.Product),
-    dict(name="g", op=hvd.Average, priority=0, prescale_factor=1.0, postscale_factor=1.0),
-    dict(name="g", op=True),  # bool: an int to Python, as Horovod takes it (Sum)
-    dict(name="layer.0/weight:grad", op=hvd.Sum),
-    dict(name="g", priority=-7, prescale_factor=0.25, postscale_factor=4.0),  # the trainer's
-    dict(name="g", priority=2**31 - 1, prescale_factor=-0.0, postscale_factor=1e300),
+# (keyword arguments, (name, op, prescale, postscale, priority, process set id)) as the
+# core receives them.
+CALLS = [
+    (dict(name="g"), ("g", hvd.Average, 1.0, 1.0, 0, 0)),
+    (dict(name="g", op=hvd.Sum), ("g", hvd.Sum, 1.0, 1.0, 0, 0)),
+    (dict(name="g", op=hvd.Product, process_set=None), ("g", hvd.Product, 1.0, 1.0, 0, 0)),
+    (dict(name="g", op=True), ("g", True, 1.0, 1.0, 0, 0)),  # an int to Python: Sum
+    (dict(name="g", priority=-7, prescale_factor=0.25, postscale_factor=4.0),
+     ("g", hvd.Average, 0.25, 4.0, -7, 0)),  # DistributedTrainer's form
+    (dict(name=7, priority=True, prescale_factor=2, postscale_factor=0.5),
+     ("7", hvd.Average, 2.0, 0.5, 1, 0)),
+    (dict(name="g", priority=2**31 - 1, prescale_factor=-0.0),
+     ("g", hvd.Average, -0.0, 1.0, 2**31 - 1, 0)),
 ]
 
 
-@pytest.mark.parametrize("kwargs", SHORTCUT, ids=lambda k: repr(k))
+@pytest.mark.parametrize("kwargs,want", CALLS, ids=lambda v: repr(v))
 @pytest.mark.parametrize("fn", ["allreduce", "allreduce_"])
-def test_shortcut_hands_the_core_what_the_general_path_does(core, kwargs, fn):
+def test_the_core_gets_the_converted_arguments(core, kwargs, want, fn):
     x = mx.nd.ones((3,))
-    getattr(hvd, fn)(x, **kwargs)
-    # The same call through the general path: process_set=None is the global set but not
-    # the object the shortcut looks for.
-    getattr(hvd, fn)(x, process_set=None, **kwargs)
-    fast, general = core.calls
-    assert fast[0] == x.handle.value and type(fast[-1]) is bool
-    assert fast[3] == kwargs.get("op", hvd.Average)
-    if fn == "allreduce":  # out of place: a new output array each time
-        fast, general = fast[:1] + fast[2:], general[:1] + general[2:]
-    assert fast == general
+    out = getattr(hvd, fn)(x, **kwargs)
+    (args,) = core.calls
+    assert args[0] == x.handle.value
+    assert args[1] == out.handle.value and (out is x) == (fn == "allreduce_")
+    assert args[2:8] == want
+    assert [type(a) for a in args[2:8]] == [str, type(want[1]), float, float, int, int]
+    assert type(args[8]) is bool
 
 
 @pytest.mark.parametrize("kwargs,error,needle", [
@@ -64,11 +62,12 @@ def test_shortcut_hands_the_core_what_the_general_path_does(core, kwargs, fn):
     (dict(name="\udcff"), ValueError, "not valid Unicode"),
     (dict(name="g", prescale_factor=float("nan")), ValueError, "finite"),
     (dict(name="g", postscale_factor=float("-inf")), ValueError, "finite"),
+    (dict(name="g", prescale_factor="x"), ValueError, "real number"),
     (dict(name="g", priority=2**40), ValueError, "32-bit"),
     (dict(name="g", priority=-2**31 - 1), ValueError, "32-bit"),
     (dict(name="g", op=hvd.Sum, average=True), ValueError, "supersedes"),
 ])
-def test_shortcut_refuses_what_the_general_path_refuses(core, kwargs, error, needle):
+def test_bad_arguments_are_refused_before_the_core(core, kwargs, error, needle):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         with pytest.raises(error, match=needle):
@@ -76,9 +75,17 @@ def test_shortcut_refuses_what_the_general_path_refuses(core, kwargs, error, nee
     assert core.calls == []
 
 
-def test_unnamed_and_converted_arguments_take_the_general_path(core):
+def test_gradient_reduction_marks_only_its_own_thread(core):
+    # settle (the last argument) is off inside gradient_reduction() and on elsewhere when
+    # MXNet has MKLDNN; another thread's calls are not gradient reductions.
     x = mx.nd.ones((2,))
-    hvd.allreduce_(x, name=7, priority=True, prescale_factor=2, postscale_factor=0.5)
-    (args,) = core.calls
-    assert args[2:8] == ("7", mpi_ops.Average, 2.0, 0.5, 1, 0)
-    assert type(args[4]) is float and type(args[6]) is int
+    seen = {}
+    with mpi_ops.gradient_reduction():
+        hvd.allreduce_(x, name="in")
+        worker = threading.Thread(target=lambda: hvd.allreduce_(x, name="other"))
+        worker.start()
+        worker.join()
+    hvd.allreduce_(x, name="out")
+    for args in core.calls:
+        seen[args[2]] = args[8]
+    assert seen == {"in": False, "other": mpi_ops._MKLDNN, "out": mpi_ops._MKLDNN}
