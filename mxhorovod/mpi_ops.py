@@ -10,9 +10,13 @@ their output shape depends on them): the engine runs the collective after the la
 to the input, and any later read of the output waits for it. Tensors are matched across
 ranks by ``name``; without a name, calls are numbered per kind and process set in call
 order, which is the same on every rank of the set when they run the same code (calls on a
-set a rank is not in do not shift its numbers). A name may not be in flight twice.
+set a rank is not in do not shift its numbers). Calls of one name are matched in call
+order: the n-th call of a name on a rank meets the n-th call of that name on the other
+ranks, and a call of a name whose previous call has not completed waits for it in the
+engine (a metric averaged every step under one name needs no wait in the loop), whatever
+order the calls' inputs become ready in on each rank.
 
-Errors found at the call (bad dtype, storage, shape, op, duplicate name, not initialized)
+Errors found at the call (bad dtype, storage, shape, op, not initialized)
 raise ``ValueError`` (``TypeError`` for a non-NDArray) at once. Errors found in
 negotiation (ranks disagree on shape, dtype, op, root or scale factors; a peer shut down)
 raise ``mxnet.base.MXNetError`` at the next wait on the output (``asnumpy()``,

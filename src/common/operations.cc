@@ -614,18 +614,19 @@ Status RunControlCall(OpType type, const std::string& what, std::vector<int64_t>
   e.request.dtype = DataType::kInt64;
   e.request.name = std::string(OpTypeName(type)) + "." + std::to_string(st.control_calls++);
   e.request.shape = std::move(shape);
-  s = global->queue.Reserve({e.request.name});
-  if (!s.ok()) return s;
   auto done = std::make_shared<std::promise<Status>>();
   auto fut = done->get_future();
-  std::string name = e.request.name;
-  e.callback = [done, global, name](const Status& st2) {
-    global->queue.Release({name});
+  const std::vector<std::string> names{e.request.name};
+  const uint64_t ticket = global->queue.NextTicket();
+  e.callback = [done, global, names, ticket](const Status& st2) {
+    for (auto& run : global->queue.Finish(names, ticket)) run();
     done->set_value(st2);
   };
-  std::vector<TensorTableEntry> v;
-  v.push_back(std::move(e));
-  Enqueue(std::move(v));
+  auto entries = std::make_shared<std::vector<TensorTableEntry>>();
+  entries->push_back(std::move(e));
+  auto submit = [entries] { Enqueue(std::move(*entries)); };
+  global->queue.Register(names, ticket);
+  if (global->queue.Admit(names, ticket, submit)) submit();
   return fut.get();
 }
 

@@ -4,25 +4,53 @@
 
 namespace mxhorovod {
 
-Status TensorQueue::Reserve(const std::vector<std::string>& names) {
+uint64_t TensorQueue::NextTicket() {
   std::lock_guard<std::mutex> lk(mu_);
-  for (size_t i = 0; i < names.size(); ++i) {
-    const std::string& n = names[i];
-    if (!reserved_.insert(n).second) {
-      const bool ours = std::find(names.begin(), names.begin() + i, n) != names.begin() + i;
-      for (size_t j = 0; j < i; ++j) reserved_.erase(names[j]);  // all or none
-      if (ours) return Status::InvalidArgument("the name '" + n + "' appears twice in one grouped call");
-      return Status::InvalidArgument(
-          "a collective named '" + n + "' is already in flight on this rank; names must be "
-          "unique among outstanding operations (wait for the first result or use another name)");
-    }
-  }
-  return Status::OK();
+  return next_ticket_++;
 }
 
-void TensorQueue::Release(const std::vector<std::string>& names) {
+void TensorQueue::Register(const std::vector<std::string>& names, uint64_t ticket) {
   std::lock_guard<std::mutex> lk(mu_);
-  for (const auto& n : names) reserved_.erase(n);
+  for (const auto& n : names) lines_[n].push_back(ticket);
+}
+
+bool TensorQueue::FirstInLines(const std::vector<std::string>& names, uint64_t ticket) const {
+  for (const auto& n : names) {
+    auto it = lines_.find(n);
+    if (it == lines_.end() || it->second.front() != ticket) return false;
+  }
+  return true;
+}
+
+bool TensorQueue::Admit(const std::vector<std::string>& names, uint64_t ticket,
+                        std::function<void()> run) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (FirstInLines(names, ticket)) return true;
+  waiting_[ticket] = Waiting{names, std::move(run)};
+  return false;
+}
+
+std::vector<std::function<void()>> TensorQueue::Finish(const std::vector<std::string>& names,
+                                                       uint64_t ticket) {
+  std::vector<std::function<void()>> admitted;
+  std::lock_guard<std::mutex> lk(mu_);
+  for (const auto& n : names) {
+    auto it = lines_.find(n);
+    if (it == lines_.end()) continue;
+    auto& line = it->second;
+    auto at = std::find(line.begin(), line.end(), ticket);
+    if (at != line.end()) line.erase(at);
+    if (line.empty()) lines_.erase(it);
+  }
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    if (FirstInLines(it->second.names, it->first)) {
+      admitted.push_back(std::move(it->second.run));
+      it = waiting_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return admitted;
 }
 
 void TensorQueue::Add(std::vector<TensorTableEntry>&& entries) {

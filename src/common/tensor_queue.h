@@ -4,10 +4,11 @@
 #ifndef MXHOROVOD_COMMON_TENSOR_QUEUE_H_
 #define MXHOROVOD_COMMON_TENSOR_QUEUE_H_
 
+#include <functional>
+#include <map>
 #include <mutex>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "common.h"
@@ -16,10 +17,24 @@ namespace mxhorovod {
 
 class TensorQueue {
  public:
-  // When the engine runs the operation: refuses a name already in flight (all or none
-  // are reserved).
-  Status Reserve(const std::vector<std::string>& names);
-  void Release(const std::vector<std::string>& names);
+  // Call order of names. The ranks match collectives by name, so calls of one name must
+  // reach the core in the order they were made: the n-th call of a name on every rank is
+  // then the n-th on the others, whatever order the engine runs them in (an operation
+  // whose input is ready first may run first; engine order differs between ranks). Each
+  // operation takes a ticket (NextTicket) and joins the line of each of its names at the
+  // call (Register); it may hand its tensors to the core once it is first in every line
+  // (Admit, when the engine runs it); Finish takes it out of its lines when it completes.
+  // A training loop's reuse of one name per gradient is first in line anyway (the engine
+  // runs step k+1's operation on an array after step k's), and a name's line is erased
+  // when empty.
+  uint64_t NextTicket();
+  void Register(const std::vector<std::string>& names, uint64_t ticket);
+  // True: first in every line, run it now. Else `run` is kept and handed out by the Finish
+  // that puts the operation first in every line.
+  bool Admit(const std::vector<std::string>& names, uint64_t ticket, std::function<void()> run);
+  // Takes the operation out of its lines (it must have been first: admitted); returns the
+  // waiting operations now admitted, for the caller to run (in ticket order, no lock held).
+  std::vector<std::function<void()>> Finish(const std::vector<std::string>& names, uint64_t ticket);
   // When the engine runs the operation: entries become visible to the background thread.
   void Add(std::vector<TensorTableEntry>&& entries);
   // Background thread: the requests added since the last call, in submission order. They
@@ -40,7 +55,14 @@ class TensorQueue {
 
  private:
   std::mutex mu_;
-  std::unordered_set<std::string> reserved_;
+  bool FirstInLines(const std::vector<std::string>& names, uint64_t ticket) const;
+  uint64_t next_ticket_ = 1;
+  std::unordered_map<std::string, std::vector<uint64_t>> lines_;  // name -> tickets, call order
+  struct Waiting {
+    std::vector<std::string> names;
+    std::function<void()> run;
+  };
+  std::map<uint64_t, Waiting> waiting_;  // by ticket: not admitted yet
   struct Slot {
     TensorTableEntry entry;
     bool popped = false;  // its request was handed out by PopRequests

@@ -3,9 +3,11 @@
 #include <dmlc/logging.h>
 #include <mxnet/c_api.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <unordered_map>
 
@@ -35,35 +37,40 @@ struct EngineCallback {
   void* param;
 };
 
-// Completes the engine operation once every tensor of the call is done; then releases
-// the call's names, all under one lock, and deletes itself. The tensors' callbacks hold a
-// plain pointer to it: a callable that small is stored inside std::function (a
-// shared_ptr capture was a heap allocation and two atomic counts per tensor).
+// Runs the operations that `Finish` admitted (see TensorQueue): from whatever thread
+// completed the one before them in line, with no lock held.
+void RunAdmitted(std::vector<std::function<void()>> admitted) {
+  for (auto& run : admitted) run();
+}
+
+// Completes the engine operation once every tensor of the call is done; then takes it out
+// of its names' lines, admitting the next calls of those names, and deletes itself. The
+// tensors' callbacks hold a plain pointer to it: a callable that small is stored inside
+// std::function (a shared_ptr capture was a heap allocation and two atomic counts per tensor).
 class Completion {
  public:
-  Completion(EngineCallback cb, EngineOp* op, std::vector<std::string> names)
-      : cb_(cb), op_(op), names_(std::move(names)), remaining_(names_.size()) {}
+  Completion(EngineCallback cb, EngineOp* op) : cb_(cb), op_(op), remaining_(op->names.size()) {}
   void Done(const Status& s) {
     if (!s.ok()) {
       std::lock_guard<std::mutex> lk(mu_);
       if (error_.empty()) error_ = s.reason();
     }
-    if (--remaining_ == 0) {  // the last callback: no other thread touches this any more
-      op_->set->queue.Release(names_);
-      Finish();
-      delete this;
-    }
+    if (--remaining_ == 0) End();  // the last callback: no other thread touches this any more
   }
-  // Completes the whole operation at once, before any tensor reached the core (nothing
-  // was reserved), and deletes this.
+  // Completes the whole operation at once, before any tensor reached the core.
   void Fail(const std::string& msg) {
     error_ = msg;
-    Finish();
-    delete this;
+    End();
   }
-  const std::vector<std::string>& names() const { return names_; }
 
  private:
+  void End() {
+    // Out of the lines first: MXNet may delete the operation when it is told.
+    auto admitted = op_->set->queue.Finish(op_->names, op_->ticket);
+    Finish();
+    delete this;
+    RunAdmitted(std::move(admitted));
+  }
   void Finish() {
     if (error_.empty()) {
       op_->Release();
@@ -84,7 +91,6 @@ class Completion {
   }
   EngineCallback cb_;
   EngineOp* op_;
-  const std::vector<std::string> names_;
   std::atomic<size_t> remaining_;
   std::mutex mu_;
   std::string error_;
@@ -108,21 +114,24 @@ TensorTableEntry TakeEntry(OpTensor& t, int32_t set_id) {
   return e;
 }
 
-// Runs on an MXNet engine thread when the dependencies are ready; returns at once.
-void RunOp(void* /*rctx*/, void* on_complete, void* param) {
-  auto* op = static_cast<EngineOp*>(param);
-  op->ran = true;
-  EngineCallback cb;
-  std::memcpy(&cb, on_complete, sizeof(cb));
-  // Names are reserved in engine order, not at the call: a training loop reuses one name
-  // per gradient every step, and the engine runs step k+1's operation on an array only
-  // after step k's completed (and released the name), as in Horovod.
-  auto* done = new Completion(cb, op, NamesOf(*op));
-  Status reserved = op->set->queue.Reserve(done->names());
-  if (!reserved.ok()) {
-    done->Fail(reserved.reason());
-    return;
+// One name twice in one call (C callers; Python names a group's tensors '<name>.<i>'):
+// the core matches tensors by name, so such a call cannot be submitted.
+Status NamesOnce(const std::vector<std::string>& names) {
+  if (names.size() < 2) return Status::OK();
+  std::vector<const std::string*> sorted;
+  sorted.reserve(names.size());
+  for (const auto& n : names) sorted.push_back(&n);
+  std::sort(sorted.begin(), sorted.end(), [](const std::string* a, const std::string* b) { return *a < *b; });
+  for (size_t i = 1; i < sorted.size(); ++i) {
+    if (*sorted[i] == *sorted[i - 1]) {
+      return Status::InvalidArgument("the name '" + *sorted[i] + "' appears twice in one grouped call");
+    }
   }
+  return Status::OK();
+}
+
+// Hands the operation's tensors to the core (it is first in its names' lines).
+void Submit(EngineOp* op, Completion* done) {
   std::vector<TensorTableEntry> entries;
   entries.reserve(op->tensors.size());
   for (OpTensor& t : op->tensors) {
@@ -148,40 +157,70 @@ void RunOp(void* /*rctx*/, void* on_complete, void* param) {
   Enqueue(std::move(entries));
 }
 
-// Releases the names of an operation submitted as failed (SubmitFailed) once the core has
-// answered all its tensors.
+// Runs on an MXNet engine thread when the dependencies are ready; returns at once. The
+// tensors go to the core now if the operation is first in its names' lines, else when
+// the call of the same name made before it completes (TensorQueue::Admit): engine order
+// differs between ranks, call order does not.
+void RunOp(void* /*rctx*/, void* on_complete, void* param) {
+  auto* op = static_cast<EngineOp*>(param);
+  op->ran = true;
+  EngineCallback cb;
+  std::memcpy(&cb, on_complete, sizeof(cb));
+  auto* done = new Completion(cb, op);
+  Status once = NamesOnce(op->names);
+  if (!once.ok()) {
+    done->Fail(once.reason());
+    return;
+  }
+  if (op->set->queue.Admit(op->names, op->ticket, [op, done] { Submit(op, done); })) Submit(op, done);
+}
+
+// Takes an operation submitted as failed (SubmitFailed) out of its names' lines once the
+// core has answered all its tensors.
 struct FailedNames {
   std::shared_ptr<ProcessSet> set;
   std::vector<std::string> names;
+  uint64_t ticket = 0;
   std::atomic<size_t> remaining{0};
   void Done() {
     if (--remaining == 0) {
-      set->queue.Release(names);
+      auto admitted = set->queue.Finish(names, ticket);
       delete this;
+      RunAdmitted(std::move(admitted));
     }
   }
 };
+
+// Takes a ticket and joins the operation's names' lines (at the call, in call order).
+void Register(EngineOp* op) {
+  op->names = NamesOf(*op);
+  op->ticket = op->set->queue.NextTicket();
+  op->set->queue.Register(op->names, op->ticket);
+}
 
 }  // namespace
 
 void SubmitFailed(EngineOp* op, const std::string& why) {
   if (!op->set || op->tensors.empty()) return;
-  auto* names = new FailedNames();
-  names->set = op->set;
-  names->names = NamesOf(*op);
-  if (!op->set->queue.Reserve(names->names).ok()) {  // the name is in flight: not ours to fail
-    delete names;
+  if (op->ticket == 0) Register(op);  // refused at the call: never pushed
+  if (!NamesOnce(op->names).ok()) {  // the core could not tell its tensors apart
+    RunAdmitted(op->set->queue.Finish(op->names, op->ticket));
     return;
   }
+  auto* names = new FailedNames();
+  names->set = op->set;
+  names->names = op->names;
+  names->ticket = op->ticket;
   names->remaining = op->tensors.size();
-  std::vector<TensorTableEntry> entries;
-  entries.reserve(op->tensors.size());
+  auto entries = std::make_shared<std::vector<TensorTableEntry>>();
+  entries->reserve(op->tensors.size());
   for (OpTensor& t : op->tensors) {
-    entries.push_back(TakeEntry(t, op->set->id));  // data: null
-    entries.back().request.local_error = why;
-    entries.back().callback = [names](const Status&) { names->Done(); };
+    entries->push_back(TakeEntry(t, op->set->id));  // data: null
+    entries->back().request.local_error = why;
+    entries->back().callback = [names](const Status&) { names->Done(); };
   }
-  Enqueue(std::move(entries));
+  auto submit = [entries] { Enqueue(std::move(*entries)); };
+  if (op->set->queue.Admit(op->names, op->ticket, submit)) submit();
 }
 
 namespace {
@@ -234,6 +273,7 @@ void EngineOp::Release() {
 }
 
 Status Push(std::unique_ptr<EngineOp> op, int priority, const char* opr_name) {
+  Register(op.get());  // in call order, before the engine may run it (inline, even)
   std::vector<void*> reads, writes;
   for (const auto& t : op->tensors) {
     // Never list one array as both read and write: the engine would wait on itself.
@@ -260,7 +300,8 @@ Status Push(std::unique_ptr<EngineOp> op, int priority, const char* opr_name) {
   EngineOp* raw = op.release();
   int rc = MXEnginePushAsyncND(&RunOp, raw, &DeleteOp, ctx, reads.data(), (int)reads.size(),
                                writes.data(), (int)writes.size(), &prop, priority, opr_name, false);
-  if (rc != 0) {
+  if (rc != 0) {  // MXNet took nothing: the operation is still ours (and kept, as before)
+    RunAdmitted(raw->set->queue.Finish(raw->names, raw->ticket));
     return Status::UnknownError("MXEnginePushAsyncND failed: " + LastMXNetError());
   }
   if (failure && !failure->empty()) return Status::Aborted("mxhorovod: " + *failure);

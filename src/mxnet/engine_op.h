@@ -29,6 +29,10 @@ struct OpTensor {
 struct EngineOp {
   std::shared_ptr<ProcessSet> set;  // where the tensors are negotiated
   std::vector<OpTensor> tensors;
+  // Its tensors' names and its place in their lines (TensorQueue::Register), set at the
+  // call: its tensors reach the core after every earlier call of those names completed.
+  std::vector<std::string> names;
+  uint64_t ticket = 0;
   std::vector<const void*> chunks;  // inputs and outputs registered by Push (see UsedByOurCollective)
   // Under MXNet's NaiveEngine only: the operation's error, for Push to return. That engine
   // runs the operation to completion inside the push and drops the error it completes with.
@@ -53,15 +57,17 @@ struct EngineOp {
 // output, in different orders).
 bool UsedByOurCollective(void* handle);
 
-// Pushes the operation. Its names are reserved when the engine runs it; a name still in
-// flight then fails this operation (the error is raised at the next read of its outputs).
+// Pushes the operation. It joins its names' lines here, in call order; when the engine runs
+// it, its tensors go to the core once every earlier call of those names has completed, so
+// the n-th call of a name meets the n-th call of that name on the other ranks. One name
+// twice in the call fails it (the error is raised at the next read of its outputs).
 // Under MXNet's NaiveEngine (MXNET_ENGINE_TYPE=NaiveEngine) the operation has completed
 // when this returns, and a failure is returned here as kAborted: that engine would drop it.
 // `opr_name` shows in MXNet's profiler.
 Status Push(std::unique_ptr<EngineOp> op, int priority, const char* opr_name);
 
-// Submits the operation's tensors to the core as failed on this rank with `why` (names
-// reserved and released as usual; no data is touched; the requests move out of `op`, whose
+// Submits the operation's tensors to the core as failed on this rank with `why` (in its
+// names' lines as usual; no data is touched; the requests move out of `op`, whose
 // handles stay until Release), so that every rank gets the error
 // instead of waiting for this one: for an operation MXNet skipped, or one refused at the
 // call because its input carries the error of the operation that wrote it.

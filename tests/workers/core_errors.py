@@ -153,7 +153,11 @@ for k in (["a", "c"] if r % 2 == 0 else ["c", "a"]):
 for k in "ac":
     np.testing.assert_array_equal(chains[k].asnumpy(), np.full((4, 4), n * n, "float32"))
 
-# A late rank: the others' calls return at once; a name in flight twice is refused.
+# A late rank: the others' calls return at once. A second call of a name still in flight
+# (the late rank's first one is not made yet) waits for the first and meets the peers'
+# second call of that name: calls of one name are matched in call order on every rank,
+# whatever order their inputs become ready in (against 61fda93 the second was refused on
+# some ranks, and the first of one rank could meet the second of another: wrong sums).
 t0 = time.time()
 if r == n - 1:
     time.sleep(2.0)
@@ -161,24 +165,24 @@ a = hvd.allreduce(mx.nd.ones((4,)) * r, op=hvd.Sum, name="late.ar")
 b = hvd.broadcast(mx.nd.ones((4,)) * r, root_rank=0, name="late.bc")
 c = hvd.allreduce_(mx.nd.ones((4,)) * r, op=hvd.Sum, name="late.ar_")
 d = hvd.allreduce(mx.nd.ones((4,)) * r, op=hvd.Sum, name="late.gr.1")
+dup = hvd.allreduce(mx.nd.ones((4,)) * 10 * (r + 1), op=hvd.Sum, name="late.ar")
 call_time = time.time() - t0
 if r != n - 1:
     assert call_time < 0.5, "calls blocked for %.2fs waiting for the late rank" % call_time
-    # A second, different array under a name still in flight: refused when the engine
-    # runs it (MXNetError at its read); the first operation is unaffected.
-    dup = hvd.allreduce(mx.nd.ones((4,)), name="late.ar")
-    expect_error(dup, "late.ar", "in flight")
-    # A group fails as a whole when one member's name is in flight. MXNet raises the error
-    # once, at the first read of any output; every output (new or in place, read before or
-    # after) is NaN, never stale or uninitialised numbers that pass for results.
-    inplace = [mx.nd.ones((3,)), mx.nd.ones((2, 2), dtype="float64"), mx.nd.ones((5,), dtype="float16")]
-    grp = hvd.grouped_allreduce([mx.nd.ones((4,)), mx.nd.ones((3,))], name="late.gr")
-    hvd.grouped_allreduce_(inplace, name="late.gr")
-    expect_error(grp[1], "late.gr.1", "in flight")
-    assert np.isnan(grp[1].asnumpy()).all() and np.isnan(grp[0].asnumpy()).all(), grp
-    expect_error(inplace[2], "late.gr.1", "in flight")
-    for x in inplace:
-        assert np.isnan(x.asnumpy()).all(), x
+# A group fails as a whole when one member fails (here a shape mismatch). MXNet raises
+# the error once, at the first read of any output; every output (new or in place, read
+# before or after) is NaN, never stale or uninitialised numbers that pass for results.
+inplace = [mx.nd.ones((3,)), mx.nd.ones((2, 2), dtype="float64"),
+           mx.nd.ones((5,) if r == 0 else (6,), dtype="float16")]
+grp = hvd.grouped_allreduce([mx.nd.ones((4,)), mx.nd.ones((3,) if r == 0 else (2,))],
+                            name="late.gr")
+hvd.grouped_allreduce_(inplace, name="late.gr")  # the second call of these names
+expect_error(grp[1], "late.gr.1", "shapes")
+assert np.isnan(grp[1].asnumpy()).all() and np.isnan(grp[0].asnumpy()).all(), grp
+expect_error(inplace[2], "late.gr.2", "shapes")
+for x in inplace:
+    assert np.isnan(x.asnumpy()).all(), x
+np.testing.assert_array_equal(dup.asnumpy(), np.full((4,), 10 * n * (n + 1) / 2, "float32"))
 np.testing.assert_array_equal(a.asnumpy(), np.full((4,), n * (n - 1) / 2, "float32"))
 np.testing.assert_array_equal(b.asnumpy(), np.zeros((4,), "float32"))
 np.testing.assert_array_equal(c.asnumpy(), np.full((4,), n * (n - 1) / 2, "float32"))
