@@ -17,7 +17,8 @@ engine (a metric averaged every step under one name needs no wait in the loop), 
 order the calls' inputs become ready in on each rank.
 
 Errors found at the call (bad dtype, storage, shape, op, not initialized)
-raise ``ValueError`` (``TypeError`` for a non-NDArray) at once. Errors found in
+raise ``ValueError`` (``TypeError`` for a non-NDArray, or a ``root_rank`` or ``priority``
+that is not an integer) at once. Errors found in
 negotiation (ranks disagree on shape, dtype, op, root or scale factors; a peer shut down)
 raise ``mxnet.base.MXNetError`` at the next wait on the output (``asnumpy()``,
 ``wait_to_read()``, ``mx.nd.waitall()``), on every rank involved, naming the tensor and
@@ -34,6 +35,7 @@ int8, int32, int64. 0-d arrays exist only as ``mx.np`` arrays under ``npx.set_np
 """
 import contextlib
 import math
+import operator
 import threading
 import warnings
 
@@ -80,7 +82,9 @@ def _name(kind, name, pid=0):
     character (C would cut it there) or one that is not valid Unicode text."""
     if name is None or (type(name) is str and not name):  # Horovod also takes name=''
         return "%s.noname.%d" % (kind, next_number(kind, pid))
-    name = name if type(name) is str else str(name)
+    # A str subclass (numpy.str_, an enum's value, ...) by its characters, as Horovod
+    # encodes it: its own __str__ may differ between ranks or from the text.
+    name = name if type(name) is str else str.__str__(name) if isinstance(name, str) else str(name)
     if "\0" in name:
         raise ValueError("%s: the name %r holds a NUL character" % (kind, name))
     if not name.isascii():  # ASCII, the common case, needs no encoding check
@@ -91,10 +95,19 @@ def _name(kind, name, pid=0):
     return name
 
 
+def _integer(value, what, name):
+    """``value`` as an int: int, bool or a numpy integer; a float or a string raises
+    TypeError (as Horovod's c_int does) instead of being truncated or parsed."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError("'%s': %s must be an integer, got %r" % (name, what, value)) from None
+
+
 def _priority(priority, name):
     if type(priority) is int and -2**31 <= priority < 2**31:
         return priority  # the common case, once per gradient per step
-    p = int(priority)
+    p = _integer(priority, "priority", name)
     if not -2**31 <= p < 2**31:
         raise ValueError("'%s': priority %d does not fit in a 32-bit int" % (name, p))
     return p
@@ -308,12 +321,13 @@ def broadcast(tensor, root_rank, name=None, priority=0, process_set=global_proce
         root_rank: the sending rank, numbered within ``process_set``.
     Raises:
         ValueError: root_rank outside [0, size of the set).
+        TypeError: root_rank or priority not an integer (a float is not truncated).
     """
     _check_ndarray(tensor, "broadcast")
     pid = _ps_id(process_set, "broadcast")
     output = _empty_like(tensor)
     name = _name("broadcast", name, pid)
-    _core.broadcast(_handle(tensor), _handle(output), name, int(root_rank),
+    _core.broadcast(_handle(tensor), _handle(output), name, _integer(root_rank, "root_rank", name),
                     _priority(priority, name), pid, _broadcast_wait())
     return output
 
@@ -323,7 +337,7 @@ def broadcast_(tensor, root_rank, name=None, priority=0, process_set=global_proc
     _check_ndarray(tensor, "broadcast_")
     pid = _ps_id(process_set, "broadcast_")
     name = _name("broadcast", name, pid)
-    _core.broadcast(_handle(tensor), _handle(tensor), name, int(root_rank),
+    _core.broadcast(_handle(tensor), _handle(tensor), name, _integer(root_rank, "root_rank", name),
                     _priority(priority, name), pid, _broadcast_wait())
     return tensor
 

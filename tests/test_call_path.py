@@ -4,6 +4,7 @@ import threading
 import warnings
 
 import mxnet as mx
+import numpy as np
 import pytest
 
 import mxhorovod as hvd
@@ -89,3 +90,41 @@ def test_gradient_reduction_marks_only_its_own_thread(core):
     for args in core.calls:
         seen[args[2]] = args[8]
     assert seen == {"in": False, "other": mpi_ops._MKLDNN, "out": mpi_ops._MKLDNN}
+
+
+def test_a_str_subclass_name_is_sent_by_its_characters(core):
+    # Its own __str__ may differ between ranks (Horovod encodes the characters).
+    class Tag(str):
+        def __str__(self):
+            return "Tag(%s)" % str.__str__(self)
+
+    x = mx.nd.ones((2,))
+    hvd.allreduce_(x, name=Tag("grad0"))
+    hvd.allreduce_(x, name=np.str_("grad1"))
+    assert [c[2] for c in core.calls] == ["grad0", "grad1"]
+    assert all(type(c[2]) is str for c in core.calls)
+
+
+class BroadcastRecorder:
+    def __init__(self):
+        self.calls = []
+
+    def broadcast(self, *args):
+        self.calls.append(args)
+
+
+@pytest.mark.parametrize("root", [1.0, 1.7, "1", None])
+def test_root_rank_and_priority_must_be_integers(monkeypatch, root):
+    # Horovod passes them through ctypes.c_int, which raises TypeError for these; a
+    # truncated 1.7 would broadcast from rank 1 without a word.
+    rec = BroadcastRecorder()
+    monkeypatch.setattr(mpi_ops, "_core", rec)
+    for fn in (hvd.broadcast, hvd.broadcast_):
+        with pytest.raises(TypeError, match="'b': root_rank must be an integer"):
+            fn(mx.nd.ones((2,)), root, name="b")
+    with pytest.raises(TypeError, match="'p': priority must be an integer"):
+        hvd.broadcast(mx.nd.ones((2,)), 0, name="p", priority=root)
+    assert rec.calls == []
+    hvd.broadcast(mx.nd.ones((2,)), np.int64(1), name="ok", priority=np.int32(-3))
+    hvd.broadcast_(mx.nd.ones((2,)), True, name="ok_")  # bool is an int (c_int takes it)
+    assert [c[2:5] for c in rec.calls] == [("ok", 1, -3), ("ok_", 1, 0)]
