@@ -144,9 +144,14 @@ def _resolve_op(op, average, what):
         return Average if average else Sum
     if op is None:
         return Average
-    if op not in _OP_NAMES:
+    try:
+        code = operator.index(op)  # 1.0 or "1" is no op (and a list is not hashable)
+    except TypeError:
+        code = None
+    if code not in _OP_NAMES:
         raise ValueError("%s: unknown reduce op %r (use hvd.Sum, hvd.Average, hvd.Min, "
                          "hvd.Max or hvd.Product)" % (what, op))
+    op = code
     if op == Adasum:
         raise ValueError("%s: Adasum is not supported by mxhorovod" % what)
     return op
@@ -462,11 +467,10 @@ def grouped_reducescatter(tensors, op=Average, name=None, priority=0,
     single = _what == "reducescatter"
     if not _check_list(tensors, _what):
         return []  # an empty group, as for grouped_allreduce
-    if op is None:
-        op = Average
+    op = _resolve_op(op, None, _what)
     if op not in (Average, Sum):
         raise ValueError("%s: only hvd.Sum and hvd.Average are supported, not %s"
-                         % (_what, _OP_NAMES.get(op, repr(op))))
+                         % (_what, _OP_NAMES[op]))
     for t in tensors:
         if t.ndim == 0:
             raise ValueError("%s: a 0-d array (scalar) has no dimension 0 to scatter" % _what)

@@ -155,6 +155,11 @@ def test_reducescatter_one_process_and_bad_input():
         np.testing.assert_array_equal(b.asnumpy(), x.asnumpy())
         with pytest.raises(ValueError, match="only hvd.Sum and hvd.Average"):
             hvd.reducescatter(x, op=hvd.Min)
+        for bad in (1.0, [1], "Sum"):  # never handed to the core (a pybind TypeError there)
+            with pytest.raises(ValueError, match="unknown reduce op"):
+                hvd.reducescatter(x, op=bad)
+        np.testing.assert_array_equal(hvd.reducescatter(x, op=np.int32(hvd.Sum)).asnumpy(),
+                                      x.asnumpy())
         assert hvd.grouped_reducescatter([]) == []  # empty groups: no-ops, as in Horovod
         with pytest.raises(TypeError, match="NDArray"):
             hvd.reducescatter(np.ones(3))

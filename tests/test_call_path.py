@@ -32,7 +32,8 @@ CALLS = [
     (dict(name="g"), ("g", hvd.Average, 1.0, 1.0, 0, 0)),
     (dict(name="g", op=hvd.Sum), ("g", hvd.Sum, 1.0, 1.0, 0, 0)),
     (dict(name="g", op=hvd.Product, process_set=None), ("g", hvd.Product, 1.0, 1.0, 0, 0)),
-    (dict(name="g", op=True), ("g", True, 1.0, 1.0, 0, 0)),  # an int to Python: Sum
+    (dict(name="g", op=True), ("g", hvd.Sum, 1.0, 1.0, 0, 0)),  # an int to Python
+    (dict(name="g", op=np.int64(hvd.Max)), ("g", hvd.Max, 1.0, 1.0, 0, 0)),
     (dict(name="g", priority=-7, prescale_factor=0.25, postscale_factor=4.0),
      ("g", hvd.Average, 0.25, 4.0, -7, 0)),  # DistributedTrainer's form
     (dict(name=7, priority=True, prescale_factor=2, postscale_factor=0.5),
@@ -51,7 +52,7 @@ def test_the_core_gets_the_converted_arguments(core, kwargs, want, fn):
     assert args[0] == x.handle.value
     assert args[1] == out.handle.value and (out is x) == (fn == "allreduce_")
     assert args[2:8] == want
-    assert [type(a) for a in args[2:8]] == [str, type(want[1]), float, float, int, int]
+    assert [type(a) for a in args[2:8]] == [str, int, float, float, int, int]
     assert type(args[8]) is bool
 
 
@@ -59,6 +60,8 @@ def test_the_core_gets_the_converted_arguments(core, kwargs, want, fn):
     (dict(name="g", op=hvd.Adasum), ValueError, "Adasum"),
     (dict(name="g", op=9), ValueError, "unknown reduce op"),
     (dict(name="g", op="sum"), ValueError, "unknown reduce op"),
+    (dict(name="g", op=1.0), ValueError, "unknown reduce op 1.0"),
+    (dict(name="g", op=[1]), ValueError, "unknown reduce op"),
     (dict(name="a\0b"), ValueError, "NUL"),
     (dict(name="\udcff"), ValueError, "not valid Unicode"),
     (dict(name="g", prescale_factor=float("nan")), ValueError, "finite"),
