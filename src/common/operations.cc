@@ -619,7 +619,7 @@ Status RunControlCall(OpType type, const std::string& what, std::vector<int64_t>
   const std::vector<std::string> names{e.request.name};
   const uint64_t ticket = global->queue.NextTicket();
   e.callback = [done, global, names, ticket](const Status& st2) {
-    for (auto& run : global->queue.Finish(names, ticket)) run();
+    TensorQueue::RunAdmitted(global->queue.Finish(names, ticket));
     done->set_value(st2);
   };
   auto entries = std::make_shared<std::vector<TensorTableEntry>>();

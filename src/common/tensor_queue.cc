@@ -11,7 +11,7 @@ uint64_t TensorQueue::NextTicket() {
 
 void TensorQueue::Register(const std::vector<std::string>& names, uint64_t ticket) {
   std::lock_guard<std::mutex> lk(mu_);
-  for (const auto& n : names) lines_[n].push_back(ticket);
+  for (const auto& n : names) lines_[n].tickets.push_back(ticket);
 }
 
 bool TensorQueue::FirstInLines(const std::vector<std::string>& names, uint64_t ticket) const {
@@ -32,25 +32,56 @@ bool TensorQueue::Admit(const std::vector<std::string>& names, uint64_t ticket,
 
 std::vector<std::function<void()>> TensorQueue::Finish(const std::vector<std::string>& names,
                                                        uint64_t ticket) {
+  std::vector<uint64_t> fronts;  // the lines' new first tickets: the only ones that may be admitted
   std::vector<std::function<void()>> admitted;
   std::lock_guard<std::mutex> lk(mu_);
   for (const auto& n : names) {
     auto it = lines_.find(n);
     if (it == lines_.end()) continue;
-    auto& line = it->second;
-    auto at = std::find(line.begin(), line.end(), ticket);
-    if (at != line.end()) line.erase(at);
-    if (line.empty()) lines_.erase(it);
-  }
-  for (auto it = waiting_.begin(); it != waiting_.end();) {
-    if (FirstInLines(it->second.names, it->first)) {
-      admitted.push_back(std::move(it->second.run));
-      it = waiting_.erase(it);
-    } else {
-      ++it;
+    Line& line = it->second;
+    if (line.front() == ticket) {
+      ++line.head;
+    } else {  // never admitted (its push failed): out of the middle
+      auto at = std::find(line.tickets.begin() + line.head, line.tickets.end(), ticket);
+      if (at != line.tickets.end()) line.tickets.erase(at);
     }
+    if (line.head == line.tickets.size()) {
+      lines_.erase(it);
+      continue;
+    }
+    if (line.head > 32 && line.head * 2 > line.tickets.size()) {  // amortized O(1) per ticket
+      line.tickets.erase(line.tickets.begin(), line.tickets.begin() + line.head);
+      line.head = 0;
+    }
+    fronts.push_back(line.front());
+  }
+  std::sort(fronts.begin(), fronts.end());
+  fronts.erase(std::unique(fronts.begin(), fronts.end()), fronts.end());
+  for (uint64_t t : fronts) {
+    auto w = waiting_.find(t);
+    if (w == waiting_.end() || !FirstInLines(w->second.names, t)) continue;
+    admitted.push_back(std::move(w->second.run));
+    waiting_.erase(w);
   }
   return admitted;
+}
+
+void TensorQueue::RunAdmitted(std::vector<std::function<void()>> admitted) {
+  // A trampoline: an admitted operation may fail at once (mxhorovod stopped, its set
+  // removed) and complete, admitting the next call of its name, and so on: thousands of
+  // calls of one name must not nest that deep on one stack.
+  thread_local std::vector<std::function<void()>>* running = nullptr;
+  if (running != nullptr) {
+    for (auto& f : admitted) running->push_back(std::move(f));
+    return;
+  }
+  std::vector<std::function<void()>> work = std::move(admitted);
+  running = &work;
+  for (size_t i = 0; i < work.size(); ++i) {
+    std::function<void()> f = std::move(work[i]);  // work may grow (and move) while f runs
+    f();
+  }
+  running = nullptr;
 }
 
 void TensorQueue::Add(std::vector<TensorTableEntry>&& entries) {

@@ -5,7 +5,6 @@
 #define MXHOROVOD_COMMON_TENSOR_QUEUE_H_
 
 #include <functional>
-#include <map>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -35,6 +34,9 @@ class TensorQueue {
   // Takes the operation out of its lines (it must have been first: admitted); returns the
   // waiting operations now admitted, for the caller to run (in ticket order, no lock held).
   std::vector<std::function<void()>> Finish(const std::vector<std::string>& names, uint64_t ticket);
+  // Runs what Finish admitted, on this thread; called again from inside one of them (the
+  // admitted operation failed at once and finished), it only adds to the list: no nesting.
+  static void RunAdmitted(std::vector<std::function<void()>> admitted);
   // When the engine runs the operation: entries become visible to the background thread.
   void Add(std::vector<TensorTableEntry>&& entries);
   // Background thread: the requests added since the last call, in submission order. They
@@ -57,12 +59,17 @@ class TensorQueue {
   std::mutex mu_;
   bool FirstInLines(const std::vector<std::string>& names, uint64_t ticket) const;
   uint64_t next_ticket_ = 1;
-  std::unordered_map<std::string, std::vector<uint64_t>> lines_;  // name -> tickets, call order
+  struct Line {  // tickets in call order; those before `head` have finished
+    std::vector<uint64_t> tickets;
+    size_t head = 0;
+    uint64_t front() const { return tickets[head]; }
+  };
+  std::unordered_map<std::string, Line> lines_;  // by name; erased when empty
   struct Waiting {
     std::vector<std::string> names;
     std::function<void()> run;
   };
-  std::map<uint64_t, Waiting> waiting_;  // by ticket: not admitted yet
+  std::unordered_map<uint64_t, Waiting> waiting_;  // by ticket: not admitted yet
   struct Slot {
     TensorTableEntry entry;
     bool popped = false;  // its request was handed out by PopRequests

@@ -40,7 +40,7 @@ struct EngineCallback {
 // Runs the operations that `Finish` admitted (see TensorQueue): from whatever thread
 // completed the one before them in line, with no lock held.
 void RunAdmitted(std::vector<std::function<void()>> admitted) {
-  for (auto& run : admitted) run();
+  TensorQueue::RunAdmitted(std::move(admitted));
 }
 
 // Completes the engine operation once every tensor of the call is done; then takes it out
@@ -273,7 +273,6 @@ void EngineOp::Release() {
 }
 
 Status Push(std::unique_ptr<EngineOp> op, int priority, const char* opr_name) {
-  Register(op.get());  // in call order, before the engine may run it (inline, even)
   std::vector<void*> reads, writes;
   for (const auto& t : op->tensors) {
     // Never list one array as both read and write: the engine would wait on itself.
@@ -297,6 +296,16 @@ Status Push(std::unique_ptr<EngineOp> op, int priority, const char* opr_name) {
   }();
   std::shared_ptr<std::string> failure;
   if (naive_engine) op->failure = failure = std::make_shared<std::string>();
+  // The ticket and the push as one step: two threads pushing operations of one name on
+  // one array would otherwise take tickets in one order and reach the engine in the other
+  // (each waiting for the other: the engine for the array, the line for the name). Not
+  // under NaiveEngine, whose push returns only when the collective is done (it would hold
+  // every other thread's collectives, maybe the ones the peers wait for); its operations
+  // never wait for the engine, only in their lines.
+  static std::mutex* push_mu = new std::mutex();  // never destroyed: see UsesMu
+  std::unique_lock<std::mutex> in_order(*push_mu, std::defer_lock);
+  if (!naive_engine) in_order.lock();
+  Register(op.get());  // before the engine may run it (inline, even)
   EngineOp* raw = op.release();
   int rc = MXEnginePushAsyncND(&RunOp, raw, &DeleteOp, ctx, reads.data(), (int)reads.size(),
                                writes.data(), (int)writes.size(), &prop, priority, opr_name, false);
