@@ -31,8 +31,9 @@ class TensorQueue {
   // True: first in every line, run it now. Else `run` is kept and handed out by the Finish
   // that puts the operation first in every line.
   bool Admit(const std::vector<std::string>& names, uint64_t ticket, std::function<void()> run);
-  // Takes the operation out of its lines (it must have been first: admitted); returns the
-  // waiting operations now admitted, for the caller to run (in ticket order, no lock held).
+  // Takes the operation out of its lines (first in them once admitted; from the middle if
+  // its push failed); returns the waiting operations now admitted, for the caller to run
+  // (TensorQueue::RunAdmitted, in ticket order, no lock held).
   std::vector<std::function<void()>> Finish(const std::vector<std::string>& names, uint64_t ticket);
   // Runs what Finish admitted, on this thread; called again from inside one of them (the
   // admitted operation failed at once and finished), it only adds to the list: no nesting.

@@ -37,12 +37,6 @@ struct EngineCallback {
   void* param;
 };
 
-// Runs the operations that `Finish` admitted (see TensorQueue): from whatever thread
-// completed the one before them in line, with no lock held.
-void RunAdmitted(std::vector<std::function<void()>> admitted) {
-  TensorQueue::RunAdmitted(std::move(admitted));
-}
-
 // Completes the engine operation once every tensor of the call is done; then takes it out
 // of its names' lines, admitting the next calls of those names, and deletes itself. The
 // tensors' callbacks hold a plain pointer to it: a callable that small is stored inside
@@ -65,11 +59,12 @@ class Completion {
 
  private:
   void End() {
-    // Out of the lines first: MXNet may delete the operation when it is told.
+    // Out of the lines first: MXNet may delete the operation when it is told. The next
+    // calls of its names run after (from this thread, no lock held).
     auto admitted = op_->set->queue.Finish(op_->names, op_->ticket);
     Finish();
     delete this;
-    RunAdmitted(std::move(admitted));
+    TensorQueue::RunAdmitted(std::move(admitted));
   }
   void Finish() {
     if (error_.empty()) {
@@ -186,7 +181,7 @@ struct FailedNames {
     if (--remaining == 0) {
       auto admitted = set->queue.Finish(names, ticket);
       delete this;
-      RunAdmitted(std::move(admitted));
+      TensorQueue::RunAdmitted(std::move(admitted));
     }
   }
 };
@@ -204,7 +199,7 @@ void SubmitFailed(EngineOp* op, const std::string& why) {
   if (!op->set || op->tensors.empty()) return;
   if (op->ticket == 0) Register(op);  // refused at the call: never pushed
   if (!NamesOnce(op->names).ok()) {  // the core could not tell its tensors apart
-    RunAdmitted(op->set->queue.Finish(op->names, op->ticket));
+    TensorQueue::RunAdmitted(op->set->queue.Finish(op->names, op->ticket));
     return;
   }
   auto* names = new FailedNames();
@@ -310,7 +305,7 @@ Status Push(std::unique_ptr<EngineOp> op, int priority, const char* opr_name) {
   int rc = MXEnginePushAsyncND(&RunOp, raw, &DeleteOp, ctx, reads.data(), (int)reads.size(),
                                writes.data(), (int)writes.size(), &prop, priority, opr_name, false);
   if (rc != 0) {  // MXNet took nothing: the operation is still ours (and kept, as before)
-    RunAdmitted(raw->set->queue.Finish(raw->names, raw->ticket));
+    TensorQueue::RunAdmitted(raw->set->queue.Finish(raw->names, raw->ticket));
     return Status::UnknownError("MXEnginePushAsyncND failed: " + LastMXNetError());
   }
   if (failure && !failure->empty()) return Status::Aborted("mxhorovod: " + *failure);
