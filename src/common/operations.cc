@@ -617,7 +617,7 @@ Status RunControlCall(OpType type, const std::string& what, std::vector<int64_t>
   auto done = std::make_shared<std::promise<Status>>();
   auto fut = done->get_future();
   const std::vector<std::string> names{e.request.name};
-  const uint64_t ticket = global->queue.NextTicket();
+  const uint64_t ticket = global->queue.Register(names);
   e.callback = [done, global, names, ticket](const Status& st2) {
     TensorQueue::RunAdmitted(global->queue.Finish(names, ticket));
     done->set_value(st2);
@@ -625,7 +625,6 @@ Status RunControlCall(OpType type, const std::string& what, std::vector<int64_t>
   auto entries = std::make_shared<std::vector<TensorTableEntry>>();
   entries->push_back(std::move(e));
   auto submit = [entries] { Enqueue(std::move(*entries)); };
-  global->queue.Register(names, ticket);
   if (global->queue.Admit(names, ticket, submit)) submit();
   return fut.get();
 }

@@ -4,14 +4,11 @@
 
 namespace mxhorovod {
 
-uint64_t TensorQueue::NextTicket() {
+uint64_t TensorQueue::Register(const std::vector<std::string>& names) {
   std::lock_guard<std::mutex> lk(mu_);
-  return next_ticket_++;
-}
-
-void TensorQueue::Register(const std::vector<std::string>& names, uint64_t ticket) {
-  std::lock_guard<std::mutex> lk(mu_);
+  const uint64_t ticket = next_ticket_++;
   for (const auto& n : names) lines_[n].tickets.push_back(ticket);
+  return ticket;
 }
 
 bool TensorQueue::FirstInLines(const std::vector<std::string>& names, uint64_t ticket) const {

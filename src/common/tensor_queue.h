@@ -20,14 +20,13 @@ class TensorQueue {
   // reach the core in the order they were made: the n-th call of a name on every rank is
   // then the n-th on the others, whatever order the engine runs them in (an operation
   // whose input is ready first may run first; engine order differs between ranks). Each
-  // operation takes a ticket (NextTicket) and joins the line of each of its names at the
-  // call (Register); it may hand its tensors to the core once it is first in every line
+  // operation takes a ticket and joins the line of each of its names at the call
+  // (Register, which returns the ticket); it may hand its tensors to the core once it is first in every line
   // (Admit, when the engine runs it); Finish takes it out of its lines when it completes.
   // A training loop's reuse of one name per gradient is first in line anyway (the engine
   // runs step k+1's operation on an array after step k's), and a name's line is erased
   // when empty.
-  uint64_t NextTicket();
-  void Register(const std::vector<std::string>& names, uint64_t ticket);
+  uint64_t Register(const std::vector<std::string>& names);
   // True: first in every line, run it now. Else `run` is kept and handed out by the Finish
   // that puts the operation first in every line.
   bool Admit(const std::vector<std::string>& names, uint64_t ticket, std::function<void()> run);

@@ -165,6 +165,17 @@ int Grouped(OpType type, void** inputs, void** outputs, int num, const Names& na
                                             names.str(j) + "' are the same array or views of one buffer"));
       }
     }
+    // The core matches tensors by name: one name twice (C callers; Python names a group's
+    // tensors '<name>.<i>') could not be told apart.
+    std::vector<const std::string*> sorted;
+    sorted.reserve(num);
+    for (const auto& t : op->tensors) sorted.push_back(&t.request.name);
+    std::sort(sorted.begin(), sorted.end(), [](const std::string* a, const std::string* b) { return *a < *b; });
+    for (int k = 1; k < num; ++k) {
+      if (*sorted[k] == *sorted[k - 1]) {
+        return Fail(Status::InvalidArgument(kind() + ": the name '" + *sorted[k] + "' appears twice"));
+      }
+    }
   }
   if (fail_with) {
     SubmitFailed(op.get(), *fail_with);

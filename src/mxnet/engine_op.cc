@@ -109,22 +109,6 @@ TensorTableEntry TakeEntry(OpTensor& t, int32_t set_id) {
   return e;
 }
 
-// One name twice in one call (C callers; Python names a group's tensors '<name>.<i>'):
-// the core matches tensors by name, so such a call cannot be submitted.
-Status NamesOnce(const std::vector<std::string>& names) {
-  if (names.size() < 2) return Status::OK();
-  std::vector<const std::string*> sorted;
-  sorted.reserve(names.size());
-  for (const auto& n : names) sorted.push_back(&n);
-  std::sort(sorted.begin(), sorted.end(), [](const std::string* a, const std::string* b) { return *a < *b; });
-  for (size_t i = 1; i < sorted.size(); ++i) {
-    if (*sorted[i] == *sorted[i - 1]) {
-      return Status::InvalidArgument("the name '" + *sorted[i] + "' appears twice in one grouped call");
-    }
-  }
-  return Status::OK();
-}
-
 // Hands the operation's tensors to the core (it is first in its names' lines).
 void Submit(EngineOp* op, Completion* done) {
   std::vector<TensorTableEntry> entries;
@@ -162,11 +146,6 @@ void RunOp(void* /*rctx*/, void* on_complete, void* param) {
   EngineCallback cb;
   std::memcpy(&cb, on_complete, sizeof(cb));
   auto* done = new Completion(cb, op);
-  Status once = NamesOnce(op->names);
-  if (!once.ok()) {
-    done->Fail(once.reason());
-    return;
-  }
   if (op->set->queue.Admit(op->names, op->ticket, [op, done] { Submit(op, done); })) Submit(op, done);
 }
 
@@ -189,8 +168,7 @@ struct FailedNames {
 // Takes a ticket and joins the operation's names' lines (at the call, in call order).
 void Register(EngineOp* op) {
   op->names = NamesOf(*op);
-  op->ticket = op->set->queue.NextTicket();
-  op->set->queue.Register(op->names, op->ticket);
+  op->ticket = op->set->queue.Register(op->names);
 }
 
 }  // namespace
@@ -198,10 +176,6 @@ void Register(EngineOp* op) {
 void SubmitFailed(EngineOp* op, const std::string& why) {
   if (!op->set || op->tensors.empty()) return;
   if (op->ticket == 0) Register(op);  // refused at the call: never pushed
-  if (!NamesOnce(op->names).ok()) {  // the core could not tell its tensors apart
-    TensorQueue::RunAdmitted(op->set->queue.Finish(op->names, op->ticket));
-    return;
-  }
   auto* names = new FailedNames();
   names->set = op->set;
   names->names = op->names;
