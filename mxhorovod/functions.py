@@ -8,6 +8,8 @@ metrics) between ranks. All are collective: every rank must call them, in the sa
 import pickle
 import types
 
+import cloudpickle
+
 import mxnet as mx
 import numpy as np
 from mxnet.gluon.parameter import DeferredInitializationError, Parameter, ParameterDict
@@ -108,33 +110,45 @@ def broadcast_parameters(params, root_rank=0, prefix=None):
 
 
 def _to_bytes_array(obj):
-    data = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), dtype=np.uint8)
-    return mx.nd.array(data, dtype=np.uint8)
+    """(uint8 NDArray of the pickled ``obj``, None), or (None, the error) if it cannot be
+    pickled. cloudpickle, as Horovod: lambdas, closures and local classes go too."""
+    try:
+        data = cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as e:  # pickling runs arbitrary __reduce__ code: any error
+        return None, e
+    return mx.nd.array(np.frombuffer(data, dtype=np.uint8), dtype=np.uint8), None
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
-    """Return ``root_rank``'s ``obj`` on every rank (pickled, sent as uint8).
+    """Return ``root_rank``'s ``obj`` on every rank (pickled with cloudpickle, sent as uint8).
 
     Args:
-        obj: any picklable object on the root rank; ignored on the other ranks.
-        root_rank: rank whose object is returned (numbered within ``process_set``).
+        obj: any object cloudpickle can pickle, on the root rank; ignored on the others.
+        root_rank: rank whose object is returned: a job rank (``hvd.rank()``), a member of
+            ``process_set`` (as Horovod).
         name: base name of the two collectives (default: an automatic per-call name).
         process_set: the ranks taking part (default: all).
 
     Returns the root's object (the root gets back its own ``obj``, not a copy).
     Blocks until the object has arrived.
-    Raises pickle.PicklingError (or TypeError) on the root if ``obj`` cannot be pickled.
+
+    Raises:
+        ValueError: on every rank, when the root could not pickle ``obj`` (the root's
+            error is chained there; the other ranks' message names the root and the
+            error), so no rank waits for data that never comes.
     """
     name = _auto_name("broadcast_object", name, process_set)
-    me = rank() if process_set is global_process_set else process_set.rank()
-    if me == root_rank:
-        payload = _to_bytes_array(obj)
-        length = mx.nd.array([payload.size], dtype=np.int64)
-    else:
-        length = mx.nd.zeros((1,), dtype=np.int64)
+    me = rank()
+    payload, error = _to_bytes_array(obj) if me == root_rank else (None, None)
+    size_ = payload.size if payload is not None else -1 if error is not None else 0
+    length = mx.nd.array([size_], dtype=np.int64)
     broadcast_(length, root_rank, name=name + ".size", process_set=process_set)
+    n = int(length.asscalar())
+    if n < 0:
+        raise ValueError("broadcast_object '%s': rank %d could not pickle the object%s"
+                         % (name, root_rank, ": %r" % (error,) if error else "")) from error
     if me != root_rank:
-        payload = mx.nd.zeros((int(length.asscalar()),), dtype=np.uint8)
+        payload = mx.nd.zeros((n,), dtype=np.uint8)
     broadcast_(payload, root_rank, name=name + ".data", process_set=process_set)
     if me == root_rank:
         payload.wait_to_read()
@@ -146,19 +160,30 @@ def allgather_object(obj, name=None, process_set=global_process_set):
     """Return the list ``[obj of rank 0, obj of rank 1, ...]`` on every rank.
 
     Args:
-        obj: any picklable object (objects may differ in type and size between ranks).
+        obj: any object cloudpickle can pickle (objects may differ in type and size
+            between ranks).
         name: base name of the two collectives (default: an automatic per-call name).
         process_set: the ranks taking part (default: all).
 
     Returns a list of length ``size()`` (of the set), in rank order. Blocks until all have arrived.
+
+    Raises:
+        ValueError: on every rank, when some rank could not pickle its object (naming
+            those job ranks; the local error is chained where it happened).
     """
     name = _auto_name("allgather_object", name, process_set)
-    payload = _to_bytes_array(obj)
-    lengths = allgather(mx.nd.array([payload.size], dtype=np.int64), name=name + ".size",
-                        process_set=process_set)
+    payload, error = _to_bytes_array(obj)
+    length = mx.nd.array([payload.size if payload is not None else -1], dtype=np.int64)
+    lengths = allgather(length, name=name + ".size", process_set=process_set).asnumpy().tolist()
+    members = process_set.ranks if process_set is not global_process_set else range(len(lengths))
+    failed = [members[k] for k, n in enumerate(lengths) if n < 0]
+    if failed:
+        raise ValueError("allgather_object '%s': ranks %s could not pickle their "
+                         "objects%s" % (name, failed, ": %r" % (error,) if error else "")) \
+            from error
     gathered = allgather(payload, name=name + ".data", process_set=process_set).asnumpy()
     out, start = [], 0
-    for n in lengths.asnumpy().tolist():
+    for n in lengths:
         out.append(pickle.loads(gathered[start:start + n].tobytes()))
         start += n
     return out

@@ -323,9 +323,10 @@ def broadcast(tensor, root_rank, name=None, priority=0, process_set=global_proce
     inference-mode forward pass keeps in MKLDNN's layout is read correctly.
 
     Args:
-        root_rank: the sending rank, numbered within ``process_set``.
+        root_rank: the sending rank: a rank of the job (``hvd.rank()`` numbering, as in
+            Horovod), which must be a member of ``process_set``.
     Raises:
-        ValueError: root_rank outside [0, size of the set).
+        ValueError: root_rank is not a member of ``process_set``.
         TypeError: root_rank or priority not an integer (a float is not truncated).
     """
     _check_ndarray(tensor, "broadcast")

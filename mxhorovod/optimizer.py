@@ -11,6 +11,7 @@ import mxnet as mx
 
 from mxhorovod import Average, allreduce_, grouped_allreduce_, size
 from mxhorovod.process_sets import _check_member
+from mxhorovod.process_sets import _id as _ps_id
 from mxhorovod.process_sets import _size as _ps_size
 from mxhorovod.process_sets import global_process_set
 from mxhorovod.mpi_ops import gradient_reduction
@@ -42,7 +43,8 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
         num_groups: when > 0, the gradients of one update call are sent in this many
             grouped allreduces instead of one allreduce each.
         process_set: the ranks whose gradients are averaged (default: all); every rank of
-            the set must train with it.
+            the set must train with it. On a rank outside the set the wrapper reduces
+            nothing: that rank updates with its own gradients (as Horovod).
 
     Every attribute other than the wrapper's own is read from and written to the wrapped
     optimizer: ``learning_rate``, ``lr_scheduler``, ``create_state``, ... and the
@@ -78,8 +80,9 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
         object.__setattr__(self, "_gradient_predivide_factor", float(gradient_predivide_factor))
         object.__setattr__(self, "_num_groups", int(num_groups))
         object.__setattr__(self, "_prefix", None)  # numbered at the first reduction (_name)
-        object.__setattr__(self, "_device_id", 0)
-        _check_member(process_set, "DistributedOptimizer")
+        object.__setattr__(self, "_device_id", 0)  # position of the current context
+        object.__setattr__(self, "_devices", {})  # device id -> position, in order first seen
+        _ps_id(process_set, "DistributedOptimizer")  # a registered set (this rank may be outside)
         object.__setattr__(self, "_process_set", process_set)
 
     # -- forwarding ---------------------------------------------------------------------
@@ -109,6 +112,7 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
 
     def __setstate__(self, state):
         object.__setattr__(self, "_process_set", global_process_set)  # older pickles
+        object.__setattr__(self, "_devices", {})
         for k, v in state.items():
             object.__setattr__(self, k, v)
         if isinstance(self._process_set, type(global_process_set)):
@@ -118,9 +122,15 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
         return "DistributedOptimizer(%r)" % (self._optimizer,)
 
     def _set_current_context(self, device_id):
-        # The Updater calls this before each update; with several contexts per rank each
-        # context's gradient is then reduced under its own name.
-        object.__setattr__(self, "_device_id", device_id)
+        # The Updater calls this before each update with the weight's device id. With
+        # several contexts per rank each context's gradient is reduced under its own name;
+        # the name carries the context's position among the contexts this rank has used
+        # (first seen: 0), not the id itself: ranks that each train on their own device
+        # (mx.cpu(local_rank), mx.gpu(local_rank)) must still agree on the names.
+        devices = self._devices
+        if device_id not in devices:
+            devices[device_id] = len(devices)
+        object.__setattr__(self, "_device_id", devices[device_id])
         self._optimizer._set_current_context(device_id)
 
     # -- the distributed part -----------------------------------------------------------
@@ -140,6 +150,8 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
 
     def _do_allreduce(self, index, grad):
         ps = self._process_set
+        if ps.included() is False:
+            return  # a rank outside the set updates with its own gradients (as Horovod)
         n = size() if ps is global_process_set else _ps_size(ps, "DistributedOptimizer")
         if n == 1:
             return
@@ -175,4 +187,4 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
 
 
 DistributedOptimizer._LOCAL = frozenset(vars(DistributedOptimizer)) | frozenset(
-    DistributedOptimizer._STATE)
+    DistributedOptimizer._STATE) | {"_devices"}

@@ -8,8 +8,9 @@
 A set negotiates and runs on its own MPI communicator, with its own coordinator (its
 lowest rank), response cache and fusion buffer, so a collective on {0, 2} never waits for
 rank 1 to submit anything. Inside a set, ranks are numbered 0..size-1 in ascending order
-of the job ranks: ``root_rank`` of a broadcast, the order of allgather and alltoall and the
-blocks of reducescatter all use that numbering (as Horovod does).
+of the job ranks (``ps.rank()``): the order of allgather and alltoall and the blocks of
+reducescatter use that numbering, while ``root_rank`` of a broadcast is a job rank that
+must be a member of the set (both as Horovod does).
 
 Sets can also be added and removed after ``init`` when ``HOROVOD_DYNAMIC_PROCESS_SETS=1``
 is set (or ``init(process_sets="dynamic")``): every rank of the job must call

@@ -17,6 +17,7 @@ from mxhorovod.mpi_ops import gradient_reduction
 from mxhorovod.naming import next_number
 from mxhorovod.optimizer import DistributedOptimizer, split_list
 from mxhorovod.process_sets import _check_member
+from mxhorovod.process_sets import _id as _ps_id
 from mxhorovod.process_sets import _size as _ps_size
 from mxhorovod.process_sets import global_process_set
 
@@ -55,7 +56,9 @@ class DistributedTrainer(mx.gluon.Trainer):
             the buckets of one trainer: the newest one made over it. See
             :mod:`mxhorovod.buckets`.
         process_set: the ranks that train together (default: all); the gradients are
-            averaged over this set only, and every rank of it must make this trainer.
+            averaged over this set only, and every rank of it must make this trainer. On a
+            rank outside the set the trainer reduces nothing: that rank trains on its own
+            gradients (as Horovod).
         bucket_cap_mb: keyword only; the most MiB (2**20 bytes) of one bucket, as in DDP
             (default 25); a single larger gradient gets a bucket of its own.
 
@@ -120,7 +123,7 @@ class DistributedTrainer(mx.gluon.Trainer):
         self._names = {}  # parameter index -> collective name (_name)
         self._num_groups = int(num_groups)
         self._process_set = process_set
-        _check_member(process_set, "DistributedTrainer")
+        _ps_id(process_set, "DistributedTrainer")  # a registered set (this rank may be outside)
         self._buckets = GradientBuckets(self._params, self._priorities,
                                         int(bucket_cap_mb * 2**20)) \
             if gradient_as_bucket_view else None
@@ -148,6 +151,8 @@ class DistributedTrainer(mx.gluon.Trainer):
         self._prefix = "DistributedTrainer.%d." % next_number("DistributedTrainer", pid)
 
     def _allreduce_grads(self):
+        if self._process_set.included() is False:
+            return  # a rank outside the set trains on its own gradients (as Horovod)
         if self._prefix is None:
             self._auto_prefix()
         # Buckets are bound even on one rank, so param.grad() is the same kind of array

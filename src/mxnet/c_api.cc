@@ -203,17 +203,21 @@ int Broadcast(void* input, void* output, const std::string& name, int root_rank,
   auto op = std::make_unique<EngineOp>();
   Status s = MemberSet(process_set_id, OpTypeName(OpType::kBroadcast), name.c_str(), &op->set);
   if (!s.ok()) return Fail(s);
-  const int size = op->set->size;
-  if (root_rank < 0 || root_rank >= size) {
+  // root_rank is a rank of the job, as in Horovod (a set's broadcast from its member 3
+  // passes 3); the core works with its position within the set.
+  const auto& ranks = op->set->ranks;
+  const auto found = std::find(ranks.begin(), ranks.end(), root_rank);
+  if (found == ranks.end()) {
     return Fail(Status::InvalidArgument(What(OpType::kBroadcast, name.c_str()) + ": root_rank " +
                                         std::to_string(root_rank) + " is not a rank of " +
-                                        op->set->Describe() + " (size " + std::to_string(size) + ")"));
+                                        op->set->Describe()));
   }
+  const int root = (int)(found - ranks.begin());
   OpTensor t;
   s = MakeTensor(OpType::kBroadcast, *op->set, input, output, name, &t);
   if (!s.ok()) return Fail(s);
-  t.request.root_rank = root_rank;
-  t.fill_on_error = !(t.in_place && root_rank == op->set->rank);
+  t.request.root_rank = root;
+  t.fill_on_error = !(t.in_place && root == op->set->rank);
   op->tensors.push_back(std::move(t));
   if (fail_with) {
     SubmitFailed(op.get(), *fail_with);

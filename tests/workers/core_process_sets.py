@@ -63,9 +63,13 @@ def check_set(ps, tag, seed):
           tag + " average")
     g = hvd.grouped_allreduce([x, x * 2], op=hvd.Max, name=tag + ".grp", process_set=ps)
     close(g[1].asnumpy(), np.max(xs, axis=0) * 2, tag + " grouped max")
-    for root in range(m):  # root_rank counts within the set
+    for k_root, root in enumerate(members):  # root_rank is a job rank (as Horovod)
         b = hvd.broadcast(x, root, name="%s.bc%d" % (tag, root), process_set=ps)
-        close(b.asnumpy(), xs[root], tag + " broadcast root %d" % root)
+        close(b.asnumpy(), xs[k_root], tag + " broadcast root %d" % root)
+    # broadcast_object from the set's last member, by its job rank.
+    got = hvd.broadcast_object(("from", members[-1]) if r == members[-1] else None,
+                               root_rank=members[-1], name=tag + ".bo", process_set=ps)
+    assert got == ("from", members[-1]), (tag, got)
     # allgather with a different dim 0 per rank, in set order.
     ys = [data(g, (1 + g, 2), "int32", seed + 1) for g in members]
     got = hvd.allgather(mx.nd.array(ys[k], dtype="int32"), name=tag + ".ag", process_set=ps)
@@ -134,8 +138,12 @@ expect_raise(ValueError, ["not in process set %d" % other.process_set_id, str(r)
 expect_raise(ValueError, ["not registered"], hvd.allreduce, mx.nd.ones((2,)),
              process_set=hvd.ProcessSet([0]))
 expect_raise(TypeError, ["ProcessSet"], hvd.allreduce, mx.nd.ones((2,)), process_set=[0, 1])
-expect_raise(ValueError, ["root_rank %d" % mine.size()], hvd.broadcast, mx.nd.ones((2,)),
-             mine.size(), process_set=mine)
+# A root that is a job rank outside the set (for odd ranks with n >= 2: rank 0; for even
+# ranks: rank 1) is refused at the call, naming the set's ranks.
+expect_raise(ValueError, ["root_rank %d" % other.ranks[0], "is not a rank of process set",
+                          str(mine.ranks)], hvd.broadcast, mx.nd.ones((2,)), other.ranks[0],
+             process_set=mine)
+expect_raise(ValueError, ["root_rank %d" % n], hvd.broadcast, mx.nd.ones((2,)), n)
 # Shapes that differ between ranks: the error names the tensor and both shapes, everywhere.
 expect_raise(MXNetError, ["rs.mismatch", "shapes", "rank 0 has (3,)"], hvd.reducescatter,
              mx.nd.ones((3,) if r == 0 else (4,)), name="rs.mismatch")

@@ -81,6 +81,33 @@ def objects():
     assert everyone == [("rank", r, list(range(r * 50))) for r in range(hvd.size())]
     arr = hvd.broadcast_object(np.arange(6.0).reshape(2, 3) * (hvd.rank() + 1), root_rank=0)
     np.testing.assert_array_equal(arr, np.arange(6.0).reshape(2, 3))
+    # cloudpickle, as Horovod: a lambda closing over a local, a locally defined class.
+    k = 3 + root
+    f = hvd.broadcast_object((lambda v: v * k) if hvd.rank() == root else None, root_rank=root)
+    assert f(2) == 2 * (3 + root), f(2)
+
+    class Local:
+        def __init__(self, v):
+            self.v = v
+    got = hvd.allgather_object(Local(hvd.rank()))
+    assert [o.v for o in got] == list(range(hvd.size()))
+
+    # An object the root cannot pickle: every rank raises (none waits for the data), and
+    # the next collective works.
+    class Unpicklable:
+        def __reduce__(self):
+            raise RuntimeError("no pickling here")
+    for call in (lambda: hvd.broadcast_object(Unpicklable(), root_rank=root),
+                 lambda: hvd.allgather_object(Unpicklable() if hvd.rank() == root else 1)):
+        try:
+            call()
+        except ValueError as e:
+            assert "rank" in str(e) and str(root) in str(e) and "could not pickle" in str(e), e
+            if hvd.rank() == root:
+                assert "no pickling here" in str(e), e
+        else:
+            raise AssertionError("an unpicklable object was not refused on every rank")
+    assert hvd.broadcast_object("after", root_rank=0) == "after"
 
 
 def main():

@@ -197,9 +197,32 @@ def fp16_compression():
     assert_same_on_all_ranks(got, "fp16")
 
 
+def optimizer_on_own_device():
+    """DistributedOptimizer in a gluon.Trainer with every rank on its own device,
+    mx.cpu(local_rank), as Horovod's examples do (the Updater passes the device id, which
+    differs per rank: it must not enter the collective's name; that hung)."""
+    x, y = global_data(2, B, seed=7)
+    net, ref = pair("own_device")
+    net.collect_params().reset_ctx(mx.cpu(hvd.local_rank()))
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    tr = gluon.Trainer(net.collect_params(), hvd.DistributedOptimizer(optimizer("sgd")),
+                       kvstore=None)
+    ref_tr = gluon.Trainer(ref.collect_params(), optimizer("sgd"), kvstore=None)
+    for s in range(2):
+        with autograd.record():
+            xb = mx.nd.array(shard(x, B)[s], ctx=mx.cpu(hvd.local_rank()))
+            yb = mx.nd.array(shard(y, B)[s], ctx=mx.cpu(hvd.local_rank()))
+            loss = loss_fn(net(xb), yb)
+        loss.backward()
+        tr.step(B)
+        forward_backward(ref, loss_fn, x[s], y[s])
+        ref_tr.step(x.shape[1])
+    assert_close(param_arrays(net), param_arrays(ref), 0.1, "optimizer on mx.cpu(local_rank)")
+
+
 SCENARIOS = {f.__name__: f for f in (
     grad_req_add, clip_between_allreduce_and_update, two_trainers_gan, unwrap_and_type_errors,
-    insertion_order_and_null, row_sparse_embedding, fp16_compression)}
+    insertion_order_and_null, row_sparse_embedding, fp16_compression, optimizer_on_own_device)}
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 """DistributedTrainer and DistributedOptimizer within a process set: ranks 0 and 1 train
-together (with and without bucket views), the other ranks train alone meanwhile; each
-member ends equal to one process trained on the members' concatenated batches, and
+together (with and without bucket views), the other ranks train alone meanwhile with the
+same trainer and optimizer wrapper over the pair (which reduce nothing there, as in
+Horovod); each member ends equal to one process trained on the members' concatenated
+batches, each other rank equal to a plain Trainer on its own batch, and
 broadcast_object / allgather_object stay within the set. Prints RANK <r> OK."""
 import mxnet as mx
 import numpy as np
@@ -46,14 +48,20 @@ for case, kwargs in [("plain", {}), ("buckets", {"gradient_as_bucket_view": True
         names = hvd.allgather_object("rank%d" % r, process_set=pair)
         assert names == ["rank0", "rank1"], names
     else:
-        # Outside the set: the trainer refuses the set; train alone meanwhile.
-        try:
-            hvd.DistributedTrainer(net.collect_params(), "sgd", process_set=pair)
-            raise AssertionError("a trainer outside its process set was accepted")
-        except ValueError as e:
-            assert "not in process set" in str(e), e
-        train(net, gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": LR}),
-              slice(r * B, (r + 1) * B))
+        # Outside the set (as Horovod): the trainer and the optimizer wrapper reduce
+        # nothing and train on this rank's own batch, like a plain Trainer.
+        rows = slice(r * B, (r + 1) * B)
+        ref, net2 = mlp("out_ref_%s_" % case), mlp("out_opt_%s_" % case)
+        for other in (ref, net2):
+            copy_params(net, other)
+        got = train(net, hvd.DistributedTrainer(net.collect_params(), "sgd",
+                                                {"learning_rate": LR}, process_set=pair,
+                                                **kwargs), rows)
+        opt = hvd.DistributedOptimizer(mx.optimizer.SGD(learning_rate=LR), process_set=pair)
+        got2 = train(net2, gluon.Trainer(net2.collect_params(), opt, kvstore=None), rows)
+        want = train(ref, gluon.Trainer(ref.collect_params(), "sgd", {"learning_rate": LR}), rows)
+        assert_close(got, want, LR, "trainer outside its process set (%s)" % case)
+        assert_close(got2, want, LR, "optimizer outside its process set (%s)" % case)
 # shutdown() on one rank stops every rank: wait for all first (a global collective).
 assert hvd.allreduce(mx.nd.ones((1,)), op=hvd.Sum, name="done").asscalar() == n
 hvd.shutdown()
