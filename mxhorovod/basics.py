@@ -4,8 +4,10 @@ Names, arguments and errors follow ``horovod.mxnet`` (0.28), so a script written
 ``import horovod.mxnet as hvd`` runs unchanged with ``import mxhorovod as hvd``.
 """
 import atexit
+import logging
 import os
 import socket
+import sys
 
 from mxhorovod import _core, failures, log
 
@@ -75,8 +77,25 @@ def init(comm=None, process_sets=None):
     if not _atexit_registered:
         # Registered at init, after mpi4py's own exit hook (if mpi4py is imported), so ours
         # runs first: the background thread stops before anyone finalizes MPI.
-        atexit.register(_core.finalize_mpi)
+        atexit.register(_at_exit)
         _atexit_registered = True
+
+
+def _at_exit():
+    """At interpreter exit: let this rank's last collectives run, then stop and finalize.
+
+    A training loop returns from its last ``step()`` before the collectives it called have
+    run (they are queued in MXNet's engine); stopping at once would shut down every rank
+    while a peer still waits for them (seen: rank 0's last step failed with "a peer rank
+    shut down" when rank 1 finished first). So a normal exit first waits for them (up to
+    the stall check time). Not after an uncaught exception: the job is failing, and the
+    peers should hear so at once."""
+    if _core.is_initialized() and getattr(sys, "last_value", None) is None:
+        if not _core.wait_local_work():
+            logging.getLogger("mxhorovod").warning(
+                "exit: collectives called on this rank had not completed after the stall "
+                "check time; stopping anyway (their peers get an error)")
+    _core.finalize_mpi()
 
 
 def shutdown():

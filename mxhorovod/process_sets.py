@@ -144,7 +144,9 @@ def _size(process_set, what):
         if entry[0] == pid:
             return entry[4]
     if pid == 0:
-        raise ValueError("%s: Horovod has not been initialized; use hvd.init()." % what)
+        reason = _core.stop_reason()  # a peer's shutdown or a stall stopped it: say so
+        raise ValueError("%s: Horovod has not been initialized; use hvd.init()." % what +
+                         (" (stopped: %s)" % reason if reason else ""))
     raise ValueError("%s: process set %d is not registered" % (what, pid))
 
 

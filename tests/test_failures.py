@@ -77,3 +77,14 @@ def test_rank_guard_is_transparent_for_a_normal_job():
     # Same exit code, MPI through the guard's inherited descriptors, values checked.
     worker = os.path.join(WORKERS, "ops_peer_shutdown.py")
     run_ranks(2, GUARD, [sys.executable, worker, "shutdown"], timeout=240)
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_a_rank_that_finishes_first_lets_its_last_collectives_run(np_):
+    # The others exit right after a last step() whose collectives have not run yet; rank 0
+    # steps later and checks its weights (it failed with "a peer rank shut down").
+    run_ranks(np_, "exit_order.py", ["last_step"], timeout=120)
+
+
+def test_a_child_forked_after_init_exits_without_stopping_the_parent():
+    run_ranks(2, "exit_order.py", ["fork"], timeout=120)

@@ -44,6 +44,8 @@ struct State {
   std::atomic<bool> shutdown_requested{false};
   bool we_initialized_mpi = false;
   bool dynamic_process_sets = false;
+  pid_t owner_pid = 0;            // the process that started the loop (not a forked child)
+  double exit_wait_s = 60;        // WaitLocalWork's limit: the stall check time
   ProcessSetTable sets;           // the global set (id 0) and the others, while running
   int32_t next_set_id = 1;        // background thread only: same sequence on every rank
   std::atomic<uint64_t> control_calls{0};  // names of add/remove calls, in call order
@@ -524,6 +526,8 @@ Status Initialize(int64_t comm_f2c, const std::vector<int>& ranks,
   st.started = false;
   st.shutdown_requested = false;
   st.dynamic_process_sets = dynamic_process_sets || cfg.dynamic_process_sets;
+  st.owner_pid = getpid();
+  st.exit_wait_s = cfg.stall.enabled ? cfg.stall.check_s : 60;
   st.thread = std::thread(BackgroundLoop, StartArgs{comm_f2c, ranks, process_sets, cfg});
   st.cv.wait(lk, [&] { return st.started; });
   if (!st.start_status.ok()) {
@@ -534,8 +538,33 @@ Status Initialize(int64_t comm_f2c, const std::vector<int>& ranks,
   return Status::OK();
 }
 
+namespace {
+// A child made by fork() after init() has a copy of the state but neither the background
+// thread nor the MPI connection: those belong to the parent (joining the thread's copy
+// hung the child's exit forever).
+bool ForkedChild() {
+  const pid_t owner = S().owner_pid;
+  return owner != 0 && owner != getpid();
+}
+}  // namespace
+
+bool WaitLocalWork() {
+  State& st = S();
+  if (ForkedChild()) return true;
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration<double>(st.exit_wait_s);
+  for (;;) {
+    bool idle = true;
+    for (auto& set : st.sets.All()) idle = idle && set->queue.Idle();
+    if (idle || !IsInitialized()) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
 void Shutdown() {
   State& st = S();
+  if (ForkedChild()) return;
   st.shutdown_requested = true;
   Wake();
   if (st.thread.joinable()) st.thread.join();
@@ -546,6 +575,7 @@ void Shutdown() {
 }
 
 void FinalizeMPI() {
+  if (ForkedChild()) return;
   Shutdown();
   int finalized = 0;
   MPI_Finalized(&finalized);

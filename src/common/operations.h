@@ -25,7 +25,14 @@ constexpr int64_t kWorldComm = INT64_MIN;
 Status Initialize(int64_t comm_f2c, const std::vector<int>& ranks,
                   const std::vector<std::vector<int>>& process_sets = {},
                   bool dynamic_process_sets = false);
+// Waits until every collective this process has called has completed (on every set),
+// the loop has stopped, or the stall check time (HOROVOD_STALL_CHECK_TIME_SECONDS; 60 s
+// when off) has passed; false in the last case. For a clean exit: a rank that finishes
+// first must not shut down its peers while its last collectives (called, still in MXNet's
+// engine or in negotiation) have not run. Call without the GIL.
+bool WaitLocalWork();
 // Agrees with the peers to stop, fails what is pending, joins the thread. Idempotent.
+// Shutdown and FinalizeMPI do nothing in a child forked after init().
 void Shutdown();
 // MPI_Finalize, if this library called MPI_Init and MPI is not finalized yet (at exit).
 void FinalizeMPI();

@@ -140,6 +140,11 @@ bool TensorQueue::Empty() {
   return table_.empty() && new_slots_.empty();
 }
 
+bool TensorQueue::Idle() {
+  std::lock_guard<std::mutex> lk(mu_);
+  return lines_.empty();
+}
+
 std::vector<TensorTableEntry> TensorQueue::TakeAll() {
   std::lock_guard<std::mutex> lk(mu_);
   std::vector<TensorTableEntry> out;

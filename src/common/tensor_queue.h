@@ -52,6 +52,8 @@ class TensorQueue {
                 std::vector<char>* found);
   // No entry waiting or running (new requests included).
   bool Empty();
+  // Every operation registered so far has finished (no line left).
+  bool Idle();
   // Takes every entry (shutdown): the caller fails them.
   std::vector<TensorTableEntry> TakeAll();
 

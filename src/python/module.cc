@@ -125,6 +125,7 @@ PYBIND11_MODULE(_core, m) {
   m.attr("WORLD_COMM") = kWorldComm;
   m.def("shutdown", [] { py::gil_scoped_release nogil; Shutdown(); });
   m.def("finalize_mpi", [] { py::gil_scoped_release nogil; FinalizeMPI(); });
+  m.def("wait_local_work", [] { py::gil_scoped_release nogil; return WaitLocalWork(); });
   m.def("is_initialized", &IsInitialized);
   m.def("engine_noop", [](uintptr_t h) { Raise(mx::PushNoop(H(h))); },
         "benchmarks: one engine operation on the array that completes at once");

@@ -39,9 +39,20 @@ for arr, mine in ((a, "allreduce 'waits.a.%d'" % r), (b, "broadcast 'waits.b.%d'
 assert time.time() - t0 < 60
 assert not hvd.is_initialized()
 assert hvd.rank() == r  # as in Horovod, the topology still answers after a peer's shutdown
-try:
-    hvd.allreduce(mx.nd.ones(2), name="after")
-    raise AssertionError("a call was accepted after the peer's shutdown stopped this rank")
-except ValueError as e:
-    assert "a peer rank shut down mxhorovod (rank 1:" in str(e), str(e)
+# Every entry point says why it stopped (the trainer and allgather said only "not
+# initialized; use hvd.init()").
+net = mx.gluon.nn.Dense(1, in_units=1)
+net.initialize()
+trainer = hvd.DistributedTrainer(net.collect_params(), "sgd")
+with mx.autograd.record():
+    loss = net(mx.nd.ones((1, 1))).sum()
+loss.backward()
+for call in (lambda: hvd.allreduce(mx.nd.ones(2), name="after"),
+             lambda: hvd.allgather(mx.nd.ones(2), name="after.ag"),
+             lambda: trainer.step(1)):
+    try:
+        call()
+        raise AssertionError("a call was accepted after the peer's shutdown stopped this rank")
+    except ValueError as e:
+        assert "a peer rank shut down mxhorovod (rank 1:" in str(e), str(e)
 print("RANK %d OK" % r, flush=True)

@@ -1,0 +1,57 @@
+"""How a rank's exit meets its peers' work. Modes:
+
+last_step: a DistributedTrainer loop whose last step() returns before its collectives ran;
+    the ranks other than rank 0 exit right after it, while rank 0 starts its last step
+    0.3 s later and then checks its weights. Every rank's exit must first let its called
+    collectives run (before: rank 0's last step failed with "a peer rank shut down", and the
+    job ended by MPI_Abort). Rank 0 checks the weights after the last step: w = 1 - 5 *
+    0.1 * mean_r(r + 1) for the Dense(1) below.
+fork: os.fork() after init(); the child exits normally (its exit must not join the
+    parent's background thread, which it does not have: that hung) and the parent goes on
+    with collectives.
+Prints RANK <r> OK."""
+import os
+import sys
+import time
+
+import mxnet as mx
+import numpy as np
+from mxnet import autograd, gluon
+
+import mxhorovod as hvd
+
+mode = sys.argv[1]
+hvd.init()
+r, n = hvd.rank(), hvd.size()
+
+if mode == "last_step":
+    net = gluon.nn.Dense(1, in_units=1, use_bias=False)
+    net.initialize(mx.init.One())
+    trainer = hvd.DistributedTrainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    steps = 5
+    for s in range(steps):
+        if r == 0 and s == steps - 1:
+            time.sleep(0.3)
+        with autograd.record():
+            loss = net(mx.nd.ones((1, 1)) * (r + 1)).sum()
+        loss.backward()
+        trainer.step(1)
+    if r == 0:
+        got = net.weight.data().asnumpy()[0, 0]
+        want = 1 - steps * 0.1 * np.mean(np.arange(1, n + 1))
+        assert abs(got - want) < 1e-5, (got, want)
+    # No waitall, no barrier: the others leave now.
+elif mode == "fork":
+    assert hvd.allreduce(mx.nd.ones((2,)) * r, op=hvd.Sum, name="pre").asnumpy()[0] == n * (n - 1) / 2
+    pid = os.fork()
+    if pid == 0:
+        assert hvd.rank() == r
+        sys.exit(0)  # a normal exit: the atexit handlers run in the child
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    for i in range(3):
+        got = hvd.allreduce(mx.nd.ones((2,)) * r, op=hvd.Sum, name="post%d" % i).asnumpy()
+        assert got[0] == n * (n - 1) / 2, got
+else:
+    raise SystemExit("unknown mode %r" % mode)
+print("RANK %d OK" % r, flush=True)
