@@ -16,6 +16,7 @@ from mxhorovod.mpi_ops import (Adasum, Average, Max, Min, Product, Sum, allgathe
                                reducescatter)
 from mxhorovod.process_sets import (ProcessSet, add_process_set, global_process_set,
                                     remove_process_set)
+from mxhorovod.errors import InvalidArgumentError
 
 __version__ = "0.1.0"
 

@@ -43,6 +43,7 @@ import mxnet as mx
 import numpy as np
 
 from mxhorovod import _core
+from mxhorovod.errors import InvalidArgumentError
 from mxhorovod.naming import next_number
 from mxhorovod.process_sets import _id as _ps_id
 from mxhorovod.process_sets import _size as _ps_size
@@ -86,12 +87,12 @@ def _name(kind, name, pid=0):
     # encodes it: its own __str__ may differ between ranks or from the text.
     name = name if type(name) is str else str.__str__(name) if isinstance(name, str) else str(name)
     if "\0" in name:
-        raise ValueError("%s: the name %r holds a NUL character" % (kind, name))
+        raise InvalidArgumentError("%s: the name %r holds a NUL character" % (kind, name))
     if not name.isascii():  # ASCII, the common case, needs no encoding check
         try:
             name.encode("utf-8")
         except UnicodeEncodeError:
-            raise ValueError("%s: the name %r is not valid Unicode text" % (kind, name)) from None
+            raise InvalidArgumentError("%s: the name %r is not valid Unicode text" % (kind, name)) from None
     return name
 
 
@@ -109,7 +110,7 @@ def _priority(priority, name):
         return priority  # the common case, once per gradient per step
     p = _integer(priority, "priority", name)
     if not -2**31 <= p < 2**31:
-        raise ValueError("'%s': priority %d does not fit in a 32-bit int" % (name, p))
+        raise InvalidArgumentError("'%s': priority %d does not fit in a 32-bit int" % (name, p))
     return p
 
 
@@ -119,9 +120,9 @@ def _factor(value, what, name):
     try:
         v = float(value)
     except (TypeError, ValueError):
-        raise ValueError("'%s': %s must be a real number, got %r" % (name, what, value)) from None
+        raise InvalidArgumentError("'%s': %s must be a real number, got %r" % (name, what, value)) from None
     if not math.isfinite(v):
-        raise ValueError("'%s': %s must be a finite number, got %r" % (name, what, value))
+        raise InvalidArgumentError("'%s': %s must be a finite number, got %r" % (name, what, value))
     return v
 
 
@@ -137,7 +138,7 @@ def _handle(arr):
 def _resolve_op(op, average, what):
     """Horovod's rule: `op` supersedes the deprecated `average`; the default is Average."""
     if op is not None and average is not None:
-        raise ValueError("The op parameter supersedes average. Please provide only one of them.")
+        raise InvalidArgumentError("The op parameter supersedes average. Please provide only one of them.")
     if average is not None:
         warnings.warn("Parameter `average` has been replaced with `op` and will be removed "
                       "in a future release", DeprecationWarning, stacklevel=3)
@@ -149,11 +150,11 @@ def _resolve_op(op, average, what):
     except TypeError:
         code = None
     if code not in _OP_NAMES:
-        raise ValueError("%s: unknown reduce op %r (use hvd.Sum, hvd.Average, hvd.Min, "
+        raise InvalidArgumentError("%s: unknown reduce op %r (use hvd.Sum, hvd.Average, hvd.Min, "
                          "hvd.Max or hvd.Product)" % (what, op))
     op = code
     if op == Adasum:
-        raise ValueError("%s: Adasum is not supported by mxhorovod" % what)
+        raise InvalidArgumentError("%s: Adasum is not supported by mxhorovod" % what)
     return op
 
 
@@ -267,13 +268,13 @@ def _check_list(tensors, what):
     """Checks a list of distinct NDArrays; returns its length (an empty group is a no-op
     that returns at once, as in Horovod, which hands back the empty list)."""
     if not isinstance(tensors, (list, tuple)):
-        raise ValueError("%s expects a list of NDArrays, got %s" % (what, type(tensors).__name__))
+        raise InvalidArgumentError("%s expects a list of NDArrays, got %s" % (what, type(tensors).__name__))
     ndarray = mx.nd.NDArray
     for t in tensors:
         if not isinstance(t, ndarray):
             _check_ndarray(t, what)  # raises, naming the type
     if len(set(map(id, tensors))) != len(tensors):
-        raise ValueError("%s: the same NDArray appears twice in the list" % what)
+        raise InvalidArgumentError("%s: the same NDArray appears twice in the list" % what)
     return len(tensors)
 
 
@@ -348,13 +349,55 @@ def broadcast_(tensor, root_rank, name=None, priority=0, process_set=global_proc
     return tensor
 
 
-def _rows_of_peers(counts, name, pid, size):
-    """Gathers ``counts`` (a list of ints) from every rank of the set and waits: a fixed
-    shape, so no size exchange is needed. Returns an int64 array of shape (size, len)."""
-    mine = mx.nd.array([counts], dtype="int64")
-    out = mx.nd.empty((size, len(counts)), dtype="int64")
+_LAYOUT_DIMS = 8  # trailing dimensions sent exactly; more are folded into the last slot
+
+
+def _layout(t):
+    """int64 row of a tensor's layout for the exchange before an allgather: dim 0, dtype,
+    ndim, then the trailing dimensions (fixed width: every rank sends the same shape)."""
+    tail = list(t.shape[1:])
+    if len(tail) > _LAYOUT_DIMS:  # fold the rest: equal shapes still give equal rows
+        tail = tail[:_LAYOUT_DIMS - 1] + [hash(tuple(tail[_LAYOUT_DIMS - 1:])) & (2**62 - 1)]
+    tail += [-1] * (_LAYOUT_DIMS - len(tail))
+    return [t.shape[0], np.dtype(t.dtype).num, t.ndim] + tail
+
+
+_DTYPE_NAMES = {np.dtype(d).num: np.dtype(d).name
+                for d in ("float16", "float32", "float64", "uint8", "int8", "int32", "int64",
+                          "bool")}
+
+
+def _describe_layout(row):
+    """'float32 (N, 10, 17)' for a row of :func:`_layout` (N: dim 0, free to differ)."""
+    dtype = _DTYPE_NAMES.get(int(row[1]), "dtype #%d" % row[1])
+    ndim = int(row[2])
+    if ndim - 1 > _LAYOUT_DIMS:
+        return "%s, %d dimensions" % (dtype, ndim)
+    return "%s (%s)" % (dtype, ", ".join(["N"] + [str(int(d)) for d in row[3:3 + ndim - 1]]))
+
+
+def _rows_of_peers(tensors, name, pid, size, what, process_set):
+    """Gathers every tensor's layout (:func:`_layout`) from every rank of the set and waits
+    (a fixed shape, so no size exchange is needed). Returns an int64 array (size, len) of
+    the ranks' dim 0. Ranks whose trailing dimensions or dtype differ raise the same
+    MXNetError (an InvalidArgumentError) on every rank here, at the call, naming the
+    tensor and two ranks' values, and nothing is submitted (Horovod's allgather raises at
+    its call too: it waits for the result)."""
+    mine = mx.nd.array([_layout(t) for t in tensors], dtype="int64")
+    out = mx.nd.empty((size * len(tensors), mine.shape[1]), dtype="int64")
     _core.grouped_allgather([_handle(mine)], [_handle(out)], [name], 0, pid)
-    return out.asnumpy()
+    table = out.asnumpy().reshape(size, len(tensors), -1)
+    members = process_set.ranks if process_set is not global_process_set else range(size)
+    for i in range(len(tensors)):
+        for k in range(1, size):
+            if (table[k, i, 1:] != table[0, i, 1:]).any():
+                tensor = name[:-len(".rows")] + ("" if what == "allgather" else ".%d" % i)
+                raise InvalidArgumentError(
+                    "Mismatched shapes or data types for %s '%s' (all but the first dimension "
+                    "must agree): rank %d has %s, rank %d has %s; nothing was submitted"
+                    % (what, tensor, members[0], _describe_layout(table[0, i]), members[k],
+                       _describe_layout(table[k, i])))
+    return table[:, :, 0]
 
 
 def allgather(tensor, name=None, priority=0, process_set=global_process_set):
@@ -384,12 +427,12 @@ def grouped_allgather(tensors, name=None, priority=0, process_set=global_process
         return []
     for t in tensors:
         if t.ndim == 0:
-            raise ValueError("%s: a 0-d array has no dimension 0 to concatenate" % _what)
+            raise InvalidArgumentError("%s: a 0-d array has no dimension 0 to concatenate" % _what)
     pid = _ps_id(process_set, _what)
     size = _ps_size(process_set, _what)
     base = _name(_what, name, pid)
     names = [base] if _what == "allgather" else base  # the core numbers '<base>.<i>'
-    rows = _rows_of_peers([t.shape[0] for t in tensors], base + ".rows", pid, size)
+    rows = _rows_of_peers(tensors, base + ".rows", pid, size, _what, process_set)
     outputs = [_empty_like(t, (int(rows[:, i].sum()),) + tuple(t.shape[1:]))
                for i, t in enumerate(tensors)]
     _core.grouped_allgather([_handle(t) for t in tensors], [_handle(o) for o in outputs], names,
@@ -415,29 +458,29 @@ def alltoall(tensor, splits=None, name=None, priority=0, process_set=global_proc
     """
     _check_ndarray(tensor, "alltoall")
     if tensor.ndim == 0:
-        raise ValueError("alltoall: a 0-d array has no dimension 0 to split")
+        raise InvalidArgumentError("alltoall: a 0-d array has no dimension 0 to split")
     pid = _ps_id(process_set, "alltoall")
     world = _ps_size(process_set, "alltoall")
     name = _name("alltoall", name, pid)
     given = splits is not None
     if not given:
         if tensor.shape[0] % world:
-            raise ValueError("alltoall '%s': dimension 0 (%d) is not divisible by the number of "
+            raise InvalidArgumentError("alltoall '%s': dimension 0 (%d) is not divisible by the number of "
                              "ranks (%d); pass splits" % (name, tensor.shape[0], world))
         send = np.full(world, tensor.shape[0] // world, dtype=np.int64)
     else:
         arr = splits.asnumpy() if isinstance(splits, mx.nd.NDArray) else np.asarray(splits)
         if arr.ndim != 1:
-            raise ValueError("alltoall '%s': splits must be 1-D, got shape %s" % (name, arr.shape))
+            raise InvalidArgumentError("alltoall '%s': splits must be 1-D, got shape %s" % (name, arr.shape))
         if arr.size != world:
-            raise ValueError("alltoall '%s': splits has %d entries for %d ranks"
+            raise InvalidArgumentError("alltoall '%s': splits has %d entries for %d ranks"
                              % (name, arr.size, world))
         if arr.dtype.kind not in "iu":  # a float count would be rounded silently
-            raise ValueError("alltoall '%s': splits must be integers, got %s" % (name, arr.dtype))
+            raise InvalidArgumentError("alltoall '%s': splits must be integers, got %s" % (name, arr.dtype))
         if (arr < 0).any():
-            raise ValueError("alltoall '%s': splits must not be negative" % name)
+            raise InvalidArgumentError("alltoall '%s': splits must not be negative" % name)
         if arr.sum() > tensor.shape[0]:
-            raise ValueError("alltoall '%s': splits add up to %d, more than dimension 0 (%d)"
+            raise InvalidArgumentError("alltoall '%s': splits add up to %d, more than dimension 0 (%d)"
                              % (name, arr.sum(), tensor.shape[0]))
         send = arr.astype(np.int64)
     # Each rank sends one number to each peer: how many rows it will send.
@@ -470,11 +513,11 @@ def grouped_reducescatter(tensors, op=Average, name=None, priority=0,
         return []  # an empty group, as for grouped_allreduce
     op = _resolve_op(op, None, _what)
     if op not in (Average, Sum):
-        raise ValueError("%s: only hvd.Sum and hvd.Average are supported, not %s"
+        raise InvalidArgumentError("%s: only hvd.Sum and hvd.Average are supported, not %s"
                          % (_what, _OP_NAMES[op]))
     for t in tensors:
         if t.ndim == 0:
-            raise ValueError("%s: a 0-d array (scalar) has no dimension 0 to scatter" % _what)
+            raise InvalidArgumentError("%s: a 0-d array (scalar) has no dimension 0 to scatter" % _what)
     pid = _ps_id(process_set, _what)
     size = _ps_size(process_set, _what)
     my_rank = [e for e in _core.process_sets() if e[0] == pid][0][3]

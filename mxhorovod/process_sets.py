@@ -17,6 +17,7 @@ is set (or ``init(process_sets="dynamic")``): every rank of the job must call
 ``add_process_set`` / ``remove_process_set`` with the same arguments in the same order.
 """
 from mxhorovod import _core
+from mxhorovod.errors import InvalidArgumentError
 
 __all__ = ["ProcessSet", "global_process_set", "add_process_set", "remove_process_set"]
 
@@ -123,7 +124,7 @@ def _id(process_set, what):
         raise TypeError("%s: process_set must be an hvd.ProcessSet, not %s"
                         % (what, type(process_set).__name__))
     if process_set.process_set_id is None:
-        raise ValueError("%s: %s is not registered; pass it to hvd.init(process_sets=[...]) or "
+        raise InvalidArgumentError("%s: %s is not registered; pass it to hvd.init(process_sets=[...]) or "
                          "hvd.add_process_set() first" % (what, process_set))
     return process_set.process_set_id
 
@@ -132,7 +133,7 @@ def _check_member(process_set, what):
     """Raises ValueError unless ``process_set`` is registered and this rank is in it."""
     pid = _id(process_set, what)
     if pid != 0 and process_set.included() is False:
-        raise ValueError("%s: this rank (%d) is not in process set %d (ranks %s)"
+        raise InvalidArgumentError("%s: this rank (%d) is not in process set %d (ranks %s)"
                          % (what, _core.topology()[0], pid, process_set.ranks))
     return pid
 
@@ -147,7 +148,7 @@ def _size(process_set, what):
         reason = _core.stop_reason()  # a peer's shutdown or a stall stopped it: say so
         raise ValueError("%s: Horovod has not been initialized; use hvd.init()." % what +
                          (" (stopped: %s)" % reason if reason else ""))
-    raise ValueError("%s: process set %d is not registered" % (what, pid))
+    raise InvalidArgumentError("%s: process set %d is not registered" % (what, pid))
 
 
 def _static(process_sets):

@@ -1,6 +1,6 @@
 // pybind11 module mxhorovod._core: argument conversion only. NDArray handles arrive as
-// integers (ndarray.handle.value); every failure becomes a Python ValueError whose text
-// names the tensor.
+// integers (ndarray.handle.value); every failure becomes mxhorovod.errors.
+// InvalidArgumentError (a ValueError and an MXNetError) whose text names the tensor.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -24,6 +24,14 @@ namespace {
 
 void* H(uintptr_t h) { return reinterpret_cast<void*>(h); }
 
+// Bad input refused at the call: mxhorovod.errors.InvalidArgumentError, a ValueError that
+// is also an MXNetError (what Horovod's check_call raises for the same cases).
+[[noreturn]] void ThrowInvalid(const std::string& text) {
+  py::object cls = py::module_::import("mxhorovod.errors").attr("InvalidArgumentError");
+  PyErr_SetString(cls.ptr(), text.c_str());
+  throw py::error_already_set();
+}
+
 // -2: the collective ran (synchronously, under MXNet's NaiveEngine) and failed: raised as
 // the MXNetError that the threaded engines raise at the next read of the outputs.
 void Check(int rc) {
@@ -32,11 +40,11 @@ void Check(int rc) {
     PyErr_SetString(mxnet_error.ptr(), MXHorovodGetLastError());
     throw py::error_already_set();
   }
-  if (rc != 0) throw py::value_error(MXHorovodGetLastError());
+  if (rc != 0) ThrowInvalid(MXHorovodGetLastError());
 }
 
 void Raise(const Status& s) {
-  if (!s.ok()) throw py::value_error(s.reason());
+  if (!s.ok()) ThrowInvalid(s.reason());
 }
 
 void Init(int64_t comm_f2c, const std::vector<int>& ranks,
@@ -86,7 +94,7 @@ void CallGrouped(OpType type, const char* what, const std::vector<uintptr_t>& in
                  double pre, double post, int priority, int ps, bool settle) {
   const std::vector<std::string> names = GroupNames(name_or_names, ins.size());
   if (ins.size() != outs.size() || ins.size() != names.size()) {
-    throw py::value_error(std::string(what) + ": inputs, outputs and names differ in length");
+    ThrowInvalid(std::string(what) + ": inputs, outputs and names differ in length");
   }
   std::vector<void*> in, out;
   in.reserve(ins.size());
@@ -134,7 +142,7 @@ PYBIND11_MODULE(_core, m) {
   m.def("start_timeline", [](const std::string& path, bool mark_cycles) {
     if (GetTopology().rank != 0) return;
     Status s = Timeline::Get().Start(path, mark_cycles);
-    if (!s.ok()) throw py::value_error(s.reason());
+    if (!s.ok()) ThrowInvalid(s.reason());
   });
   m.def("stop_timeline", [] { py::gil_scoped_release nogil; Timeline::Get().Stop(); });
   m.def("timeline_path", [] { return Timeline::Get().path(); }, "the file being recorded, or ''");
@@ -227,7 +235,7 @@ PYBIND11_MODULE(_core, m) {
   m.def("alltoall", [](uintptr_t in, uintptr_t out, const std::string& name,
                        const std::vector<int64_t>& splits, const std::vector<int64_t>& recv_splits,
                        int priority, int ps) {
-    if (splits.size() != recv_splits.size()) throw py::value_error("alltoall: splits sizes differ");
+    if (splits.size() != recv_splits.size()) ThrowInvalid("alltoall: splits sizes differ");
     int rc;
     {
       py::gil_scoped_release nogil;

@@ -69,9 +69,26 @@ works("root")
 y = hvd.allreduce(mx.nd.ones((3,)), name="mm.kind") if r == 0 else hvd.broadcast(mx.nd.ones((3,)), 0, name="mm.kind")
 expect_error(y, "mm.kind", "allreduce", "broadcast")
 works("kind")
-# Allgather with different trailing dimensions.
-g = hvd.allgather(mx.nd.ones((2, 3) if r == 0 else (2, 4)), name="mm.gather")
-expect_error(g, "mm.gather", "rank 0 has (2, 3)", "has (2, 4)")
+# Allgather with different trailing dimensions or dtypes: refused at the call on every
+# rank (as Horovod's allgather, which waits), as an MXNetError that is also a ValueError.
+for call, needles in [
+        (lambda: hvd.allgather(mx.nd.ones((2, 3) if r == 0 else (2, 4)), name="mm.gather"),
+         ["allgather 'mm.gather'", "rank 0 has float32 (N, 3)", "has float32 (N, 4)"]),
+        (lambda: hvd.allgather(mx.nd.ones((17, 10 * (r + 1), 17)), name="mm.gather3"),
+         ["'mm.gather3'", "rank 0 has float32 (N, 10, 17)", "has float32 (N, 20, 17)"]),
+        (lambda: hvd.allgather(mx.nd.ones((r + 1, 2), dtype="float32" if r == 0 else "int32"),
+                               name="mm.gtype"),
+         ["'mm.gtype'", "rank 0 has float32 (N, 2)", "has int32 (N, 2)"]),
+        (lambda: hvd.grouped_allgather([mx.nd.ones((2, 2)), mx.nd.ones((2,) * (2 + (r > 0)))],
+                                       name="mm.ggrp"),
+         ["grouped_allgather 'mm.ggrp.1'", "rank 0 has float32 (N, 2)", "has float32 (N, 2, 2)"])]:
+    try:
+        call()
+        raise AssertionError("not refused: %s" % needles)
+    except MXNetError as e:
+        assert isinstance(e, ValueError), type(e)
+        for needle in needles:
+            assert needle in str(e), (needle, str(e))
 works("gather")
 
 # Refused at the call, identically on every rank (nothing reaches the peers).
@@ -105,6 +122,8 @@ for call, needle in [(lambda: hvd.allreduce(mx.nd.ones(2), name="a\0b"), "NUL"),
         raise AssertionError("not refused: " + needle)
     except (ValueError, TypeError) as e:
         assert needle in str(e), (needle, str(e))
+        # What Horovod's tests catch (its core reports these through check_call).
+        assert isinstance(e, (MXNetError, TypeError)), (needle, type(e))
 works("refused")
 
 # The same checks in the core, below the Python layer: a handle given twice (also as one
