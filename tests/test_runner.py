@@ -1,6 +1,7 @@
 """mxhorovodrun (python -m mxhorovod.runner): command lines for each MPI against a fake
 mpirun that prints its version, the HOROVOD_* variables of the flags, OMP_NUM_THREADS,
-errors, --check-build, and real runs under the venv's mpirun asserting on every rank."""
+errors, --check-build, and real runs under the venv's mpirun asserting on every rank
+(also each rank's output files, binding and timestamps)."""
 import json
 import os
 import re
@@ -12,10 +13,12 @@ import pytest
 
 from mpirun import HERE, WORKERS
 from mxhorovod.runner import hosts as hostlib
-from mxhorovod.runner.args import parse_args
+from mxhorovod.runner.args import build_parser, parse_args
 from mxhorovod.runner.launch import main, prepare
 from mxhorovod.runner.mpi import (HYDRA, INTEL_MPI, OPEN_MPI, LaunchError, classify, detect,
                                   find_mpirun)
+from mxhorovod.runner.output import pad_rank
+from mxhorovod.runner.startup import Deadline, check_hosts, remote_hosts
 
 REPO = os.path.dirname(HERE)
 
@@ -32,6 +35,7 @@ VERSIONS = {
 # Prints its version, or its arguments and the launcher's variables, then exits with
 # $FAKE_EXIT: stands in for mpirun wherever its own behaviour is not what is tested.
 FAKE = """#!/bin/sh
+if [ "$1" = "--version" ] && [ -n "$FAKE_VERSION_SLEEP" ]; then exec sleep "$FAKE_VERSION_SLEEP"; fi
 if [ "$1" = "--version" ]; then cat "$(dirname "$0")/version.txt"; exit ${FAKE_VERSION_EXIT:-0}; fi
 echo "ARGV $*"
 env | grep -E '^(HOROVOD_|OMP_NUM_THREADS=|HYDRA_|NCCL_|FOO=)' | sort | sed 's/^/ENV /'
@@ -49,11 +53,12 @@ def fake_mpirun(tmp_path, version):
     return str(path)
 
 
-def plan(tmp_path, flavour, argv, cores=8, environ=None):
+def plan(tmp_path, flavour, argv, cores=8, environ=None, capture_dir="/cap"):
     """(argv, env, notes) that mxhorovodrun would exec with a fake mpirun of flavour."""
     env = {"PATH": "/usr/bin:/bin", "MXHOROVOD_MPIRUN": fake_mpirun(tmp_path, VERSIONS[flavour])}
     env.update(environ or {})
-    mpi, cmd, out_env, notes = prepare(parse_args(argv), environ=env, cores=cores)
+    mpi, cmd, out_env, notes = prepare(parse_args(argv, environ=env), environ=env, cores=cores,
+                                       capture_dir=capture_dir)
     assert mpi.flavour == flavour
     return cmd, out_env, notes
 
@@ -440,3 +445,292 @@ def test_end_to_end_killed_rank_ends_the_job():
     assert "RANK 1 KILLS ITSELF" in proc.stdout, proc.stdout[-3000:]
     assert proc.returncode != 0, proc.stdout[-3000:]
     assert "SURVIVED" not in proc.stdout, proc.stdout[-3000:]
+
+
+# --- horovodrun's launch flags: --start-timeout, --output-filename, ---------------------
+# --- --prefix-output-with-timestamp, --tcp, --binding-args, --mpi-threads-disable, --------
+# --- --num-nccl-streams -------------------------------------------------------------------
+
+NEW_FLAGS = ["--start-timeout", "--output-filename", "--prefix-output-with-timestamp", "--tcp",
+             "--binding-args", "--mpi-threads-disable", "--num-nccl-streams"]
+
+
+def test_launch_flags_parse():
+    args = parse_args(["-np", "2", "--start-timeout", "45", "--output-filename", "logs",
+                       "--prefix-output-with-timestamp", "--tcp",
+                       "--binding-args=-bind-to core -map-by core", "--mpi-threads-disable",
+                       "--num-nccl-streams", "3", "python", "t.py"], environ={})
+    assert (args.start_timeout, args.output_filename, args.prefix_output_with_timestamp,
+            args.tcp_flag, args.binding_args, args.mpi_threads_disable,
+            args.num_nccl_streams) == (45, "logs", True, True, "-bind-to core -map-by core", True, 3)
+    assert args.command == ["python", "t.py"]
+    args = parse_args(["-np", "2", "python", "t.py"], environ={})
+    assert (args.start_timeout, args.output_filename, args.prefix_output_with_timestamp,
+            args.tcp_flag, args.binding_args, args.mpi_threads_disable,
+            args.num_nccl_streams) == (None, None, False, False, None, None, None)
+    assert parse_args(["-np", "2", "--no-mpi-threads-disable", "python"],
+                      environ={}).mpi_threads_disable is False
+    # horovodrun's alternative to --start-timeout; the flag wins.
+    assert parse_args(["-np", "2", "python"], environ={"HOROVOD_START_TIMEOUT": "12"}).start_timeout == 12
+    assert parse_args(["-np", "2", "--start-timeout", "3", "python"],
+                      environ={"HOROVOD_START_TIMEOUT": "12"}).start_timeout == 3
+    help_text = build_parser().format_help()
+    for flag in NEW_FLAGS:
+        assert flag in help_text, flag
+    assert "--no-mpi-threads-disable" not in help_text
+
+
+@pytest.mark.parametrize("argv,environ,message", [
+    (["--start-timeout", "0"], {}, "must be >= 1"),
+    (["--start-timeout", "-5"], {}, "must be >= 0"),
+    (["--start-timeout", "1.5"], {}, "is not a number"),
+    ([], {"HOROVOD_START_TIMEOUT": "soon"}, "HOROVOD_START_TIMEOUT=soon: 'soon' is not a number"),
+    ([], {"HOROVOD_START_TIMEOUT": "0"}, "HOROVOD_START_TIMEOUT=0"),
+    (["--num-nccl-streams", "0"], {}, "must be >= 1"),
+    (["--num-nccl-streams", "two"], {}, "is not a number"),
+    (["--binding-args", ""], {}, "--binding-args is empty"),
+    (["--binding-args", "-bind-to 'core"], {}, "No closing quotation"),
+    (["--output-filename", ""], {}, "--output-filename needs a directory"),
+    (["--mpi-threads-disable", "--no-mpi-threads-disable"], {}, "not allowed with"),
+    (["--tcp=1"], {}, "ignored explicit argument"),
+])
+def test_bad_launch_flags(argv, environ, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        parse_args(["-np", "2"] + argv + ["python", "t.py"], environ=environ)
+    assert e.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_binding_args_replace_the_default(tmp_path):
+    binding = ["--binding-args", "-bind-to core:2 -map-by 'numa'"]
+    cmd, _, _ = plan(tmp_path, HYDRA, ["-np", "2"] + binding + ["python", "t.py"])
+    assert cmd[1:] == ["-l", "-np", "2", "-bind-to", "core:2", "-map-by", "numa", "-genvall",
+                       "python", "t.py"]
+    cmd, _, _ = plan(tmp_path, OPEN_MPI, ["-np", "2", "--binding-args", "--bind-to socket",
+                                          "python", "t.py"])
+    assert cmd[cmd.index("localhost:2") + 1:cmd.index("localhost:2") + 3] == ["--bind-to", "socket"]
+    assert "none" not in cmd and "--map-by" not in cmd
+    cmd, _, _ = plan(tmp_path, INTEL_MPI, ["-np", "2", "--binding-args", "-map-by core",
+                                           "python", "t.py"])
+    assert cmd[1:] == ["-l", "-np", "2", "-map-by", "core", "-genvall", "python", "t.py"]
+
+
+def test_tcp_flag(tmp_path):
+    _, env, notes = plan(tmp_path, HYDRA, ["-np", "2", "--tcp", "python", "t.py"])
+    assert env["UCX_TLS"] == "tcp,self" and notes == []
+    _, env, _ = plan(tmp_path, HYDRA, ["-np", "2", "python", "t.py"])
+    assert "UCX_TLS" not in env
+    # The user's own choice is kept, and said so.
+    _, env, notes = plan(tmp_path, HYDRA, ["-np", "2", "--tcp", "-x", "UCX_TLS=tcp", "python", "t.py"])
+    assert env["UCX_TLS"] == "tcp" and notes == ["--tcp: UCX_TLS=tcp is already set; kept"]
+    for flavour in (OPEN_MPI, INTEL_MPI):
+        _, env, notes = plan(tmp_path, flavour, ["-np", "2", "--tcp", "python", "t.py"])
+        assert "UCX_TLS" not in env
+        assert len(notes) == 1 and notes[0].startswith("--tcp: no effect with %s" % flavour), notes
+
+
+def test_library_flags_warn_that_they_do_nothing(tmp_path):
+    _, env, notes = plan(tmp_path, HYDRA, ["-np", "2", "--mpi-threads-disable",
+                                           "--num-nccl-streams", "4", "python", "t.py"])
+    assert env["HOROVOD_MPI_THREADS_DISABLE"] == "1" and env["HOROVOD_NUM_NCCL_STREAMS"] == "4"
+    assert len(notes) == 2, notes
+    assert notes[0].startswith("--mpi-threads-disable: no effect") and "MPI_THREAD_MULTIPLE" in notes[0]
+    assert notes[1].startswith("--num-nccl-streams: no effect") and "no NCCL" in notes[1]
+    _, env, notes = plan(tmp_path, HYDRA, ["-np", "2", "--no-mpi-threads-disable", "python", "t.py"])
+    assert env["HOROVOD_MPI_THREADS_DISABLE"] == "0" and notes == []
+
+
+def test_library_flags_warning_reaches_stderr(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("MXHOROVOD_MPIRUN", fake_mpirun(tmp_path, VERSIONS[HYDRA]))
+    started = []
+    assert main(["-np", "2", "--mpi-threads-disable", "--num-nccl-streams", "2", "python", "t.py"],
+                execve=lambda *a: started.append(a)) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert sum(line.startswith("mxhorovodrun: warning: --mpi-threads-disable: no effect")
+               for line in err) == 1, err
+    assert sum(line.startswith("mxhorovodrun: warning: --num-nccl-streams: no effect")
+               for line in err) == 1, err
+    assert len(started) == 1
+
+
+def test_output_flags_command_lines(tmp_path):
+    # hydra (and Intel MPI): each rank's output to the launcher's pipes, no -l (the
+    # launcher tags the lines itself).
+    for flags in (["--output-filename", "out"], ["--prefix-output-with-timestamp"]):
+        for flavour in (HYDRA, INTEL_MPI):
+            cmd, _, _ = plan(tmp_path, flavour, ["-np", "2"] + flags + ["python", "t.py"])
+            assert "-l" not in cmd
+            i = cmd.index("-outfile-pattern")
+            assert cmd[i:i + 4] == ["-outfile-pattern", "/cap/stdout.%r", "-errfile-pattern",
+                                    "/cap/stderr.%r"], cmd
+            assert cmd[-2:] == ["python", "t.py"]
+    # Open MPI does both itself, as horovodrun has it do.
+    cmd, _, _ = plan(tmp_path, OPEN_MPI, ["-np", "2", "--output-filename", "out",
+                                          "--prefix-output-with-timestamp", "python", "t.py"])
+    i = cmd.index("--output-filename")
+    assert cmd[i + 1] == "out" and "--timestamp-output" in cmd and "-outfile-pattern" not in cmd
+
+
+def test_pad_rank():
+    assert [pad_rank(r, 2) for r in (0, 1)] == ["0", "1"]
+    assert [pad_rank(r, 11) for r in (0, 3, 10)] == ["00", "03", "10"]
+    assert pad_rank(7, 100) == "07" and pad_rank(7, 101) == "007" and pad_rank(0, 1) == "0"
+
+
+def _standin(tmp_path, body):
+    """An ssh stand-in: logs its arguments, then runs ``body`` (bash)."""
+    log = tmp_path / "standin.log"
+    path = tmp_path / "standin.sh"
+    path.write_text('#!/bin/bash\necho "$*" >> %s\n%s\n' % (log, body))
+    path.chmod(0o755)
+    return str(path), log
+
+
+def test_start_timeout_host_checks(tmp_path):
+    assert remote_hosts([("localhost", 2), ("127.0.0.1", 1), (os.uname().nodename, 1),
+                         ("node7", 1)]) == ["node7"]
+    # Reached like hydra reaches them: -x, ssh's port and key, the host, a command.
+    ok, log = _standin(tmp_path, 'exit 0')
+    assert check_hosts([("h1", 1), ("h2", 2)], Deadline(20), ssh_command=ok, ssh_port=2222,
+                       ssh_identity_file="/k/id") == []
+    assert sorted(log.read_text().splitlines()) == ["-x -p 2222 -i /k/id h1 true",
+                                                    "-x -p 2222 -i /k/id h2 true"]
+    bad, _ = _standin(tmp_path, '[[ "$2" == h2 ]] && { echo "no route to $2" >&2; exit 255; }; exit 0')
+    problems = check_hosts([("h1", 1), ("h2", 1)], Deadline(20), ssh_command=bad)
+    assert len(problems) == 1 and problems[0].startswith("host h2 is not reachable") \
+        and "exited with 255: no route to h2" in problems[0], problems
+    # Hosts are checked at once: two hanging hosts take one timeout, not two.
+    slow, _ = _standin(tmp_path, 'exec sleep 30')
+    import time
+    t0 = time.monotonic()
+    problems = check_hosts([("h1", 1), ("h2", 1)], Deadline(2), ssh_command=slow)
+    assert time.monotonic() - t0 < 10
+    assert problems == ["host h%d did not answer within --start-timeout 2 s (%s -x h%d true)"
+                        % (i, slow, i) for i in (1, 2)], problems
+
+
+def test_start_timeout_in_main(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("MXHOROVOD_MPIRUN", fake_mpirun(tmp_path, VERSIONS[HYDRA]))
+    bad, log = _standin(tmp_path, 'exit 255')
+    started = []
+    argv = ["-np", "2", "-H", "h1,h2", "--ssh-command", bad, "python", "t.py"]
+    # No timeout given: no check (as before), mpirun starts.
+    assert main(argv, execve=lambda *a: started.append(a)) == 0 and len(started) == 1
+    assert not log.exists()
+    # With one: the unreachable hosts are named and nothing starts.
+    assert main(["--start-timeout", "20"] + argv, execve=lambda *a: started.append(a)) == 1
+    err = capsys.readouterr().err
+    assert "mxhorovodrun: error: host h1 is not reachable" in err and "host h2 is not reachable" in err
+    assert len(started) == 1
+    # ... also when given by HOROVOD_START_TIMEOUT.
+    monkeypatch.setenv("HOROVOD_START_TIMEOUT", "20")
+    assert main(argv, execve=lambda *a: started.append(a)) == 1 and len(started) == 1
+    monkeypatch.delenv("HOROVOD_START_TIMEOUT")
+    # Only this host: nothing to check.
+    assert main(["--start-timeout", "20", "-np", "2", "-H", "localhost:2", "python", "t.py"],
+                execve=lambda *a: started.append(a)) == 0 and len(started) == 2
+    # Identifying mpirun counts too.
+    monkeypatch.setenv("FAKE_VERSION_SLEEP", "30")
+    import time
+    t0 = time.monotonic()
+    assert main(["--start-timeout", "1", "-np", "2", "python", "t.py"],
+                execve=lambda *a: started.append(a)) == 1
+    assert time.monotonic() - t0 < 15
+    assert "--version did not answer within" in capsys.readouterr().err and len(started) == 2
+
+
+def _asctime_prefix():
+    return r"[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4} "
+
+
+def test_end_to_end_output_filename(tmp_path):
+    out = tmp_path / "logs"
+    before = _launcher_temp_dirs()
+    proc = launcher(["-np", "2", "--output-filename", str(out), sys.executable,
+                     os.path.join(WORKERS, "runner_output.py")], timeout=180)
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    assert sorted(os.listdir(out)) == ["rank.0", "rank.1"]
+    for r in range(2):
+        d = out / ("rank.%d" % r)
+        assert sorted(os.listdir(d)) == ["stderr", "stdout"]
+        stdout = (d / "stdout").read_text().splitlines()
+        assert stdout[:2] == ["out first of rank %d" % r, "out split line of rank %d" % r], stdout
+        assert stdout[2].startswith("AFFINITY %d " % r) and stdout[3] == "RANK %d OK" % r, stdout
+        assert len(stdout) == 4, stdout
+        # Only this rank's, exactly as written (the unterminated last line too).
+        assert (d / "stderr").read_text() == "err of rank %d\nerr unterminated of rank %d" % (r, r)
+        # ... and on the console, tagged with the rank, one line at a time.
+        for line in ("out first of rank %d" % r, "out split line of rank %d" % r, "RANK %d OK" % r,
+                     "err of rank %d" % r, "err unterminated of rank %d" % r):
+            assert re.search(r"^\[%d\] %s$" % (r, line), proc.stdout, re.M), (line, proc.stdout[-3000:])
+    # The launcher's pipes are gone.
+    assert _launcher_temp_dirs() <= before
+
+
+def _launcher_temp_dirs():
+    import tempfile
+    return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("mxhorovodrun-")}
+
+
+def test_end_to_end_timestamps_and_padded_ranks(tmp_path):
+    out = tmp_path / "logs"
+    script = ('import os, sys; r = os.environ["PMI_RANK"]; print("hello from", r); '
+              'print("oops", r, file=sys.stderr)')
+    proc = launcher(["-np", "11", "--output-filename", str(out), "--prefix-output-with-timestamp",
+                     sys.executable, "-c", script], env={"OMP_NUM_THREADS": "1"}, timeout=180)
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    stamp = _asctime_prefix()
+    assert sorted(os.listdir(out)) == ["rank.%02d" % r for r in range(11)]
+    for r in range(11):
+        d = out / ("rank.%02d" % r)
+        assert re.fullmatch(stamp + r"hello from %d\n" % r, (d / "stdout").read_text()), r
+        assert re.fullmatch(stamp + r"oops %d\n" % r, (d / "stderr").read_text()), r
+        assert re.search("^%s\\[%d\\] hello from %d$" % (stamp, r, r), proc.stdout, re.M), proc.stdout
+    # Timestamps alone: on the console only, no files.
+    proc = launcher(["-np", "2", "--prefix-output-with-timestamp", sys.executable, "-c", script],
+                    timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    for r in range(2):
+        assert re.search("^%s\\[%d\\] oops %d$" % (stamp, r, r), proc.stdout, re.M), proc.stdout
+
+
+def test_end_to_end_captured_exit_status_and_killed_rank(tmp_path):
+    # The launcher is mpirun's parent now: the rank's exit status still comes back, and a
+    # killed rank still ends the job.
+    proc = launcher(["-np", "2", "--prefix-output-with-timestamp", sys.executable, "-c",
+                     "import sys; sys.exit(3)"], timeout=120)
+    assert proc.returncode == 3, proc.stdout[-3000:]
+    out = tmp_path / "logs"
+    proc = launcher(["-np", "2", "--output-filename", str(out), sys.executable,
+                     os.path.join(WORKERS, "multihost_kill.py"), "1"], timeout=120)
+    assert proc.returncode != 0, proc.stdout[-3000:]
+    assert "RANK 1 KILLS ITSELF" in (out / "rank.1" / "stdout").read_text()
+    assert "SURVIVED" not in proc.stdout
+
+
+def test_end_to_end_binding_args(tmp_path):
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        pytest.skip("binding 2 ranks to separate cores needs 2 usable cores")
+    out = tmp_path / "logs"
+
+    def affinities(extra):
+        proc = launcher(["-np", "2", "--output-filename", str(out)] + extra +
+                        [sys.executable, os.path.join(WORKERS, "runner_output.py")], timeout=180)
+        assert proc.returncode == 0, proc.stdout[-6000:]
+        found = []
+        for r in range(2):
+            text = (out / ("rank.%d" % r) / "stdout").read_text()
+            found.append(set(json.loads(re.search(r"^AFFINITY %d (.*)$" % r, text, re.M).group(1))))
+        return found
+
+    # Default: no binding, every rank may run on every core.
+    assert affinities([]) == [set(cores)] * 2
+    # -bind-to core: each rank on cores of its own.
+    a, b = affinities(["--binding-args", "-bind-to core -map-by core"])
+    assert a and b and not (a & b) and a | b <= set(cores), (a, b)
+
+
+def test_end_to_end_tcp_reaches_the_ranks():
+    want = {"size": 2, "init_error": None, "env": {"UCX_TLS": "tcp,self"}}
+    _run_env_worker(["--tcp"], want, env={"UCX_TLS": ""})

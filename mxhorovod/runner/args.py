@@ -2,6 +2,7 @@
 everything that applies to an MPI job, plus --ssh-command and -x."""
 import argparse
 import os
+import shlex
 
 from mxhorovod.runner.settings import LOG_LEVELS
 
@@ -11,9 +12,12 @@ _EPILOG = """\
 environment:
   MXHOROVOD_MPIRUN       the mpirun to use (default: the one next to this Python, then PATH)
   MXHOROVOD_SSH_COMMAND  default of --ssh-command
+  HOROVOD_START_TIMEOUT  default of --start-timeout
 
 mxhorovodrun runs mpirun with -np N and the HOROVOD_* variables of the flags, and
 OMP_NUM_THREADS = cores / ranks per host when it is not set; its exit status is mpirun's.
+With --output-filename or --prefix-output-with-timestamp (MPICH/hydra, Intel MPI) it stays
+the parent of mpirun and reads each rank's output through its own pipe.
 """
 
 
@@ -60,10 +64,24 @@ def build_parser():
                         "are built in.")
     p.add_argument("--disable-cache", action="store_true", dest="disable_cache",
                    help="Accepted for horovodrun compatibility: mxhorovodrun caches nothing.")
+    p.add_argument("--start-timeout", dest="start_timeout", type=_positive_int,
+                   metavar="SECONDS",
+                   help="Seconds within which the launcher's checks must pass: finding and "
+                        "identifying mpirun, and each remote host of -H/--hostfile answering "
+                        "through ssh (or --ssh-command), checked in parallel only when a "
+                        "timeout is given; a host that fails or does not answer in time is "
+                        "named and nothing starts. Alternatively HOROVOD_START_TIMEOUT. "
+                        "(default: 30, no host check)")
     p.add_argument("--network-interfaces", "--network-interface", dest="nics",
                    action=_Interfaces, metavar="NICS",
                    help="Network interfaces MPI uses, comma-separated (hydra and Intel MPI "
                         "take the first one: -iface). Example: --network-interfaces eth0.")
+    p.add_argument("--output-filename", dest="output_filename", metavar="DIR",
+                   help="Writes each rank's stdout and stderr also to "
+                        "DIR/rank.<rank>/stdout and DIR/rank.<rank>/stderr on this host (the "
+                        "rank padded with 0s for lexicographical order; the directories are "
+                        "created). Open MPI: its own --output-filename DIR "
+                        "(DIR/1/rank.N/stdout).")
     p.add_argument("--verbose", action="store_true",
                    help="Prints the MPI found and the mpirun command line.")
     p.add_argument("--mpi", action="store_true", dest="use_mpi",
@@ -72,6 +90,14 @@ def build_parser():
                    help="Refused: mxhorovod has no Gloo controller.")
     p.add_argument("--mpi-args", dest="mpi_args",
                    help='More mpirun arguments, e.g. --mpi-args="-genv FOO 1".')
+    p.add_argument("--tcp", action="store_true", dest="tcp_flag",
+                   help="Only TCP between hosts: MPICH/hydra's UCX gets UCX_TLS=tcp,self "
+                        "(unless UCX_TLS is set); ranks of one host still share memory. "
+                        "Open MPI, Intel MPI: no effect (a warning says so).")
+    p.add_argument("--binding-args", dest="binding_args",
+                   help="Process binding arguments for mpirun, in place of the default "
+                        "(no binding: -bind-to none -map-by slot), e.g. "
+                        '--binding-args="-bind-to core -map-by core".')
     p.add_argument("-x", dest="env", action="append", default=[], metavar="NAME[=VALUE]",
                    help="Set (with =VALUE) and forward an environment variable to every "
                         "rank (repeatable).")
@@ -106,6 +132,20 @@ def build_parser():
                            "host, across hosts (one rank per host), then within the host.")
     hier.add_argument("--no-hierarchical-allreduce", dest="hierarchical_allreduce",
                       action="store_const", const=False, help=argparse.SUPPRESS)
+
+    lib = p.add_argument_group("library arguments")
+    threads = lib.add_mutually_exclusive_group()
+    threads.add_argument("--mpi-threads-disable", dest="mpi_threads_disable",
+                         action="store_const", const=True,
+                         help="Sets HOROVOD_MPI_THREADS_DISABLE=1; no effect (a warning says "
+                              "so): the core makes MPI calls from its background thread and "
+                              "from the caller's (MPI_Finalize, MPI_Abort), so it always "
+                              "requests MPI_THREAD_MULTIPLE.")
+    threads.add_argument("--no-mpi-threads-disable", dest="mpi_threads_disable",
+                         action="store_const", const=False, help=argparse.SUPPRESS)
+    lib.add_argument("--num-nccl-streams", dest="num_nccl_streams", type=_positive_int,
+                     help="Sets HOROVOD_NUM_NCCL_STREAMS; no effect (a warning says so): "
+                          "mxhorovod has no NCCL (CPU only). (default: 1)")
 
     auto = p.add_argument_group("autotune arguments")
     tuning = auto.add_mutually_exclusive_group()
@@ -154,6 +194,11 @@ def build_parser():
                             "(HOROVOD_STALL_SHUTDOWN_TIME_SECONDS); 0: never. (default: 0)")
 
     log = p.add_argument_group("logging arguments")
+    log.add_argument("--prefix-output-with-timestamp", action="store_true",
+                     dest="prefix_output_with_timestamp",
+                     help="Puts the time (horovodrun's time.asctime() format) before each "
+                          "line the ranks write, on the console and in --output-filename's "
+                          "files. Open MPI: its own --timestamp-output.")
     log.add_argument("--log-level", choices=LOG_LEVELS,
                      help="Minimum level of the backend's log (HOROVOD_LOG_LEVEL). "
                           "(default: WARNING)")
@@ -173,10 +218,19 @@ def build_parser():
     return p
 
 
-def parse_args(argv=None):
-    """The parsed arguments; exits with status 2 and a usage message on bad input."""
+def parse_args(argv=None, environ=None):
+    """The parsed arguments; exits with status 2 and a usage message on bad input.
+    ``environ`` (default os.environ) gives HOROVOD_START_TIMEOUT when --start-timeout is
+    not on the command line."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    environ = os.environ if environ is None else environ
+    if args.start_timeout is None and environ.get("HOROVOD_START_TIMEOUT"):
+        text = environ["HOROVOD_START_TIMEOUT"]
+        try:
+            args.start_timeout = _positive_int(text)
+        except argparse.ArgumentTypeError as e:
+            parser.error("HOROVOD_START_TIMEOUT=%s: %s (seconds, an integer >= 1)" % (text, e))
     if args.version or args.check_build:
         return args
     if args.use_gloo:
@@ -185,6 +239,15 @@ def parse_args(argv=None):
         parser.error("-np/--num-proc is required (the number of processes)")
     if not args.command:
         parser.error("no command to run: mxhorovodrun -np %d python train.py ..." % args.num_proc)
+    if args.binding_args is not None:
+        try:
+            words = shlex.split(args.binding_args)
+        except ValueError as e:
+            parser.error("--binding-args %r: %s" % (args.binding_args, e))
+        if not words:
+            parser.error("--binding-args is empty (e.g. --binding-args=\"-bind-to core\")")
+    if args.output_filename is not None and not args.output_filename.strip():
+        parser.error("--output-filename needs a directory")
     for item in args.env:
         name = item.split("=", 1)[0]
         if not name or not name.replace("_", "a").isalnum() or name[0].isdigit():

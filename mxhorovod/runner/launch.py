@@ -1,35 +1,58 @@
-"""mxhorovodrun's main: parse horovodrun's flags, find and identify mpirun, build the
-ranks' environment, then replace this process with mpirun (its exit status is ours)."""
+"""mxhorovodrun's main: parse horovodrun's flags, find and identify mpirun, check the hosts
+(with --start-timeout), build the ranks' environment, then replace this process with mpirun
+(its exit status is ours) or, for --output-filename / --prefix-output-with-timestamp under
+hydra, run mpirun as a child and relay each rank's output (see output.py)."""
 import logging
 import os
 import shlex
+import shutil
+import subprocess
 import sys
+import tempfile
 
 from mxhorovod.runner.args import parse_args
 from mxhorovod.runner.hosts import assign_ranks, parse_hostfile, parse_hosts
-from mxhorovod.runner.mpi import LaunchError, detect, find_mpirun, mpirun_command
+from mxhorovod.runner.mpi import (HYDRA, INTEL_MPI, LaunchError, detect, find_mpirun,
+                                  mpirun_command)
+from mxhorovod.runner.output import capture_patterns, run_captured
 from mxhorovod.runner.settings import UNUSED_FLAGS, horovod_env, omp_threads, usable_cores
+from mxhorovod.runner.startup import DEFAULT_START_TIMEOUT, Deadline, check_hosts
 
 __all__ = ["prepare", "main", "run_commandline"]
 
 log = logging.getLogger("mxhorovodrun")
 
 
-def prepare(args, environ=None, python=None, cores=None):
+def _hosts(args):
+    """[(host, slots), ...] of -H or --hostfile, or None for this host (ValueError if bad)."""
+    return parse_hosts(args.hosts) if args.hosts else \
+        parse_hostfile(args.hostfile) if args.hostfile else None
+
+
+def captures_output(args, mpi):
+    """Whether the launcher relays the ranks' output itself (hydra and Intel MPI, with
+    --output-filename or --prefix-output-with-timestamp; Open MPI does both itself)."""
+    return bool(args.output_filename or args.prefix_output_with_timestamp) and \
+        mpi.flavour in (HYDRA, INTEL_MPI)
+
+
+def prepare(args, environ=None, python=None, cores=None, capture_dir=None, timeout=None):
     """What to run for the parsed ``args``: (mpi, argv, env, notes).
 
     ``env`` is ``environ`` (default os.environ) plus the HOROVOD_* variables of the flags,
     the -x variables, OMP_NUM_THREADS = ``cores`` (default: this process's usable cores) //
     the most ranks any host runs, when not already set, and what the MPI needs (hydra's
-    ssh arguments). ``notes`` are warnings for the user.
+    ssh arguments). ``notes`` are warnings for the user. When :func:`captures_output`,
+    argv sends the ranks' output to the pipes of ``capture_dir`` (default: a new temporary
+    directory, the caller's to remove). ``timeout``: seconds for ``mpirun --version``
+    (default 60).
 
     Raises:
         LaunchError: no usable mpirun (see :func:`mxhorovod.runner.mpi.find_mpirun`).
         ValueError: bad hosts or host file, or more processes than slots.
     """
     env = dict(os.environ if environ is None else environ)
-    hosts = parse_hosts(args.hosts) if args.hosts else \
-        parse_hostfile(args.hostfile) if args.hostfile else None
+    hosts = _hosts(args)
     per_host = max(n for _, n in assign_ranks(hosts, args.num_proc)) if hosts else args.num_proc
     env.update(horovod_env(args))
     for item in args.env:
@@ -42,30 +65,55 @@ def prepare(args, environ=None, python=None, cores=None):
         env["OMP_NUM_THREADS"] = str(omp_threads(cores or usable_cores(), per_host))
     notes = [text for flag, text in sorted(UNUSED_FLAGS.items())
              if getattr(args, flag) is not None and getattr(args, flag) is not False]
-    mpi = detect(find_mpirun(env, python))
+    path = find_mpirun(env, python)
+    mpi = detect(path) if timeout is None else detect(path, timeout=timeout)
     extra = shlex.split(args.mpi_args) if args.mpi_args else []
+    capture = None
+    if captures_output(args, mpi):
+        capture = capture_patterns(capture_dir or tempfile.mkdtemp(prefix="mxhorovodrun-"))
     argv, extra_env, more = mpirun_command(
         mpi, args.num_proc, args.command, hosts=hosts, ssh_port=args.ssh_port,
         ssh_identity_file=args.ssh_identity_file, ssh_command=args.ssh_command,
-        nics=args.nics, env=env, extra_args=extra)
+        nics=args.nics, env=env, extra_args=extra,
+        binding_args=shlex.split(args.binding_args) if args.binding_args else None,
+        tcp=args.tcp_flag, capture=capture, output_filename=args.output_filename,
+        timestamp_output=args.prefix_output_with_timestamp)
     env.update(extra_env)
     return mpi, argv, env, notes + more
 
 
+class _Stderr(logging.StreamHandler):
+    """Writes to sys.stderr as it is at each message, not as it was when main first ran
+    (main may run more than once in a process: tests replace sys.stderr in between)."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value):
+        pass
+
+
 def _setup_logging(verbose):
     if not log.handlers:
-        handler = logging.StreamHandler(sys.stderr)
+        handler = _Stderr()
         handler.setFormatter(logging.Formatter("mxhorovodrun: %(message)s"))
         log.addHandler(handler)
         log.propagate = False
     log.setLevel(logging.INFO if verbose else logging.WARNING)
 
 
-def main(argv=None, execve=os.execve):
+def main(argv=None, execve=os.execve, popen=subprocess.Popen):
     """Runs mxhorovodrun with ``argv`` (default sys.argv[1:]). Does not return when mpirun
-    starts (the process becomes mpirun); returns 0 after --version or --check-build, 1 when
-    the job cannot start (the reason is printed). Bad flags exit with status 2."""
+    starts by exec (the process becomes mpirun); returns mpirun's exit status when the
+    launcher relays the ranks' output (then mpirun is a child, started by ``popen``);
+    returns 0 after --version or --check-build, 1 when the job cannot start (the reason is
+    printed). Bad flags exit with status 2."""
     args = parse_args(argv)
+    # horovodrun's --start-timeout: its checks (here: mpirun --version, and the remote
+    # hosts when a timeout is given) must finish within it.
+    deadline = Deadline(args.start_timeout or DEFAULT_START_TIMEOUT)
     _setup_logging(args.verbose)
     if args.version:
         import mxhorovod
@@ -75,9 +123,20 @@ def main(argv=None, execve=os.execve):
         from mxhorovod.runner.check_build import check_build_text
         print(check_build_text(verbose=args.verbose))
         return 0
+    capture_dir = None
+    if args.output_filename or args.prefix_output_with_timestamp:
+        capture_dir = tempfile.mkdtemp(prefix="mxhorovodrun-")
     try:
-        mpi, cmd, env, notes = prepare(args)
+        mpi, cmd, env, notes = prepare(args, capture_dir=capture_dir, timeout=deadline.left())
+        if args.start_timeout:
+            problems = check_hosts(_hosts(args), deadline, ssh_command=args.ssh_command,
+                                   ssh_port=args.ssh_port,
+                                   ssh_identity_file=args.ssh_identity_file, environ=env)
+            if problems:
+                raise LaunchError("; ".join(problems))
     except (LaunchError, ValueError) as e:
+        if capture_dir:
+            shutil.rmtree(capture_dir, ignore_errors=True)
         log.error("error: %s", e)
         return 1
     for note in notes:
@@ -86,6 +145,16 @@ def main(argv=None, execve=os.execve):
     log.info("%s", " ".join(shlex.quote(a) for a in cmd))
     sys.stdout.flush()
     sys.stderr.flush()
+    if capture_dir and captures_output(args, mpi):
+        try:
+            return run_captured(cmd, env, args.num_proc, capture_dir,
+                                output_filename=args.output_filename,
+                                timestamps=args.prefix_output_with_timestamp, popen=popen)
+        except OSError as e:
+            log.error("error: %s", e)
+            return 1
+    if capture_dir:
+        shutil.rmtree(capture_dir, ignore_errors=True)
     try:
         execve(cmd[0], cmd, env)
     except OSError as e:

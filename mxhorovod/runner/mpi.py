@@ -114,7 +114,9 @@ def _ssh_args(ssh_port, ssh_identity_file):
 
 
 def mpirun_command(mpi, np, command, hosts=None, ssh_port=None, ssh_identity_file=None,
-                   ssh_command=None, nics=(), env=None, extra_args=(), is_root=None):
+                   ssh_command=None, nics=(), env=None, extra_args=(), is_root=None,
+                   binding_args=None, tcp=False, capture=None, output_filename=None,
+                   timestamp_output=False):
     """The mpirun argv for this MPI, and the variables to add to its environment.
 
     Args:
@@ -131,6 +133,15 @@ def mpirun_command(mpi, np, command, hosts=None, ssh_port=None, ssh_identity_fil
             that choice with -genvall, -genvnone or -genvlist).
         extra_args: more mpirun arguments, placed before the command.
         is_root: running as root (Open MPI then needs --allow-run-as-root); default: euid 0.
+        binding_args: mpirun's binding words in place of the default (hydra and Open MPI:
+            no binding, by slot; Intel MPI: none given), or None for the default.
+        tcp: only TCP between hosts (hydra: UCX_TLS=tcp,self unless ``env`` sets
+            UCX_TLS; the others: a note that it has no effect).
+        capture: (stdout pattern, stderr pattern) with %r for the rank, for hydra and
+            Intel MPI: the files (the launcher's pipes) each rank's output goes to, in place
+            of mpirun's own output with -l rank tags; None for mpirun's output.
+        output_filename, timestamp_output: Open MPI's --output-filename DIR and
+            --timestamp-output (hydra and Intel MPI do these through ``capture``).
     Returns:
         (argv, env_additions, notes): notes are warnings for the user (an ignored NIC).
     """
@@ -141,8 +152,18 @@ def mpirun_command(mpi, np, command, hosts=None, ssh_port=None, ssh_identity_fil
     argv, extra_env, notes = [mpi.path], {}, []
     if nics:
         extra_env["NCCL_SOCKET_IFNAME"] = ",".join(nics)
+    if tcp and mpi.flavour == HYDRA:
+        if env.get("UCX_TLS"):
+            notes.append("--tcp: UCX_TLS=%s is already set; kept" % env["UCX_TLS"])
+        else:
+            # Only UCX's TCP transport between hosts (MPICH's own shared memory still
+            # carries the data between ranks of one host).
+            extra_env["UCX_TLS"] = "tcp,self"
+    elif tcp:
+        notes.append("--tcp: no effect with %s (mxhorovodrun sets TCP only for MPICH/hydra's "
+                     "UCX; set your MPI's own transport variables)" % mpi.flavour)
     if mpi.flavour in (HYDRA, INTEL_MPI):
-        argv += ["-l", "-np", str(np)]
+        argv += ([] if capture else ["-l"]) + ["-np", str(np)]
         if hosts and mpi.flavour == HYDRA:
             argv += ["-hosts", hosts_text(hosts)]
         elif hosts:
@@ -152,8 +173,12 @@ def mpirun_command(mpi, np, command, hosts=None, ssh_port=None, ssh_identity_fil
                                   "(-ppn); got %s. Give every host the same slots"
                                   % hosts_text(hosts))
             argv += ["-hosts", ",".join(h for h, _ in hosts), "-ppn", str(slots.pop())]
-        if mpi.flavour == HYDRA:
+        if binding_args is not None:
+            argv += list(binding_args)
+        elif mpi.flavour == HYDRA:
             argv += ["-bind-to", "none", "-map-by", "slot"]
+        if capture:
+            argv += ["-outfile-pattern", capture[0], "-errfile-pattern", capture[1]]
         if not any(a in _GLOBAL_ENV_CHOICES for a in extra_args):
             # Said explicitly although it is hydra's default: ssh (or a stand-in) starts the
             # remote proxy with a bare login environment, and a site's HYDRA_ENV=none would
@@ -178,8 +203,13 @@ def mpirun_command(mpi, np, command, hosts=None, ssh_port=None, ssh_identity_fil
         if is_root:
             argv.append("--allow-run-as-root")
         argv += ["--tag-output", "-np", str(np),
-                 "-H", hosts_text(hosts) if hosts else "localhost:%d" % np,
-                 "--bind-to", "none", "--map-by", "slot"]
+                 "-H", hosts_text(hosts) if hosts else "localhost:%d" % np]
+        argv += list(binding_args) if binding_args is not None else \
+            ["--bind-to", "none", "--map-by", "slot"]
+        if output_filename:
+            argv += ["--output-filename", output_filename]
+        if timestamp_output:
+            argv.append("--timestamp-output")
         if ssh_command:
             argv += ["-mca", "plm_rsh_agent", ssh_command]
         if ssh:

@@ -14,6 +14,12 @@ UNUSED_FLAGS = {
                                       "autotuner is a grid search (no effect)",
     "autotune_gaussian_process_noise": "--autotune-gaussian-process-noise: mxhorovod's "
                                        "autotuner is a grid search (no effect)",
+    "mpi_threads_disable": "--mpi-threads-disable: no effect: mxhorovod's core calls MPI "
+                           "from its background thread (MPI_Init_thread there) and from the "
+                           "caller's (MPI_Finalize at exit, MPI_Abort), so it always requests "
+                           "MPI_THREAD_MULTIPLE and does not read HOROVOD_MPI_THREADS_DISABLE",
+    "num_nccl_streams": "--num-nccl-streams: no effect: mxhorovod has no NCCL (CPU tensors "
+                        "only, over MPI)",
 }
 
 
@@ -34,6 +40,9 @@ def horovod_env(args):
     put("HOROVOD_CYCLE_TIME", args.cycle_time_ms, lambda ms: str(float(ms)))
     put("HOROVOD_CACHE_CAPACITY", args.cache_capacity)
     put("HOROVOD_HIERARCHICAL_ALLREDUCE", args.hierarchical_allreduce, _flag)
+    # horovodrun sets these; this build does not act on them (UNUSED_FLAGS warns).
+    put("HOROVOD_MPI_THREADS_DISABLE", args.mpi_threads_disable, _flag)
+    put("HOROVOD_NUM_NCCL_STREAMS", args.num_nccl_streams)
     if args.autotune:
         put("HOROVOD_AUTOTUNE", True, _flag)
         put("HOROVOD_AUTOTUNE_LOG", args.autotune_log_file)

@@ -1,0 +1,160 @@
+"""The ranks' output read by the launcher, for --output-filename and
+--prefix-output-with-timestamp under MPICH's hydra (and Intel MPI's, which is hydra too).
+
+Hydra has neither a per-rank directory layout (its -outfile-pattern needs the directories
+to exist, and its -l tags each chunk a rank writes, not each line) nor timestamps. So
+mxhorovodrun stays the parent of mpirun and gives it, through -outfile-pattern and
+-errfile-pattern, one named pipe per rank and stream in a private temporary directory:
+mpiexec writes each rank's stdout and stderr there (on the launching host, also for ranks on
+other hosts), and the launcher reads them, cuts the bytes into lines, and writes each line
+
+- to its own stdout or stderr as ``[rank] line`` (what mpirun -l prints), and
+- with --output-filename DIR, to DIR/rank.<rank>/stdout or DIR/rank.<rank>/stderr as the
+  rank wrote it (horovodrun's layout; the rank padded with 0s to the width of the largest),
+
+each after ``time.asctime()`` and a space with --prefix-output-with-timestamp. mpirun's own
+messages (hydra's errors) are not the ranks' and go straight to the console, unstamped.
+"""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+__all__ = ["pad_rank", "rank_dir", "capture_patterns", "run_captured"]
+
+_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_STREAMS = ("stdout", "stderr")
+
+
+def pad_rank(rank, size):
+    """horovodrun's padding: rank 3 of 12 -> '03' (lexicographical order of the files)."""
+    return str(rank).zfill(len(str(max(size - 1, 0))))
+
+
+def rank_dir(output_filename, rank, size):
+    """DIR/rank.<padded rank>."""
+    return os.path.join(output_filename, "rank.%s" % pad_rank(rank, size))
+
+
+def capture_patterns(capture_dir):
+    """(stdout pattern, stderr pattern) for hydra's -outfile-pattern / -errfile-pattern."""
+    return tuple(os.path.join(capture_dir, "%s.%%r" % stream) for stream in _STREAMS)
+
+
+class _Sink:
+    """Where one stream of the ranks goes: the console (shared, one lock) and the files."""
+
+    def __init__(self, console, timestamps):
+        self.console = console
+        self.timestamps = timestamps
+        self.lock = threading.Lock()
+
+    def line(self, rank, data, file, end=False):
+        """One line of ``rank`` (``end``: its last, without a newline: the console gets one,
+        so that the next rank's line starts on a line of its own; the file does not)."""
+        stamp = (time.asctime() + " ").encode() if self.timestamps else b""
+        with self.lock:
+            self.console.write(stamp + b"[%d] " % rank + data + (b"\n" if end else b""))
+            self.console.flush()
+        if file is not None:
+            file.write(stamp + data)
+            file.flush()
+
+
+def _read(fd, rank, sink, file):
+    """Relays one rank's stream until its pipe ends; closes the pipe and the file."""
+    pending = b""
+    try:
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for text in lines:
+                sink.line(rank, text + b"\n", file)
+        if pending:
+            sink.line(rank, pending, file, end=True)
+    finally:
+        os.close(fd)
+        if file is not None:
+            file.close()
+
+
+def _exit_status(code):
+    return 128 - code if code < 0 else code
+
+
+def run_captured(argv, env, np, capture_dir, output_filename=None, timestamps=False,
+                 console=None, popen=subprocess.Popen):
+    """Runs ``argv`` (an mpirun command line whose -outfile-pattern / -errfile-pattern are
+    :func:`capture_patterns` of ``capture_dir``, an empty directory) and relays each of the
+    ``np`` ranks' output as the module says; removes ``capture_dir``. Forwards SIGINT,
+    SIGTERM and SIGHUP to mpirun. Returns mpirun's exit status (128 + N when killed by
+    signal N). ``console``: (stdout, stderr) binary files, default this process's.
+
+    Raises:
+        OSError: a directory or file of ``output_filename`` cannot be made, or mpirun cannot
+            be started.
+    """
+    console = console or (sys.stdout.buffer, sys.stderr.buffer)
+    sinks = [_Sink(c, timestamps) for c in console]
+    readers, threads, writers = [], [], []
+    proc = None
+    previous = {}
+    try:
+        for rank in range(np):
+            files = [None, None]
+            if output_filename:
+                directory = rank_dir(output_filename, rank, np)
+                os.makedirs(directory, exist_ok=True)
+                for i, stream in enumerate(_STREAMS):
+                    files[i] = open(os.path.join(directory, stream), "wb")
+            for i, stream in enumerate(_STREAMS):
+                path = os.path.join(capture_dir, "%s.%d" % (stream, rank))
+                os.mkfifo(path, 0o600)
+                # Our own writer keeps the pipe open: a rank whose mpiexec side is not open
+                # yet (or never: a rank that prints nothing) reads as waiting, not as ended.
+                rfd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+                readers.append((rfd, rank, sinks[i], files[i]))
+                writers.append(os.open(path, os.O_WRONLY))
+                os.set_blocking(rfd, True)
+        for args in readers:
+            t = threading.Thread(target=_read, args=args, daemon=True,
+                                 name="mxhorovodrun-output")
+            t.start()
+            threads.append(t)
+        proc = popen(argv, env=env)
+
+        def forward(signum, _frame):
+            try:
+                proc.send_signal(signum)
+            except OSError:
+                pass
+        if threading.current_thread() is threading.main_thread():
+            for signum in _FORWARDED:
+                previous[signum] = signal.signal(signum, forward)
+        code = proc.wait()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        # mpirun is gone: once our writers close, every pipe ends after its last bytes.
+        for fd in writers:
+            os.close(fd)
+        for t in threads:
+            t.join(30)
+        for rfd, _, _, file in readers[len(threads):]:  # never handed to a thread
+            os.close(rfd)
+            if file is not None:
+                file.close()
+        shutil.rmtree(capture_dir, ignore_errors=True)
+    return _exit_status(code)
