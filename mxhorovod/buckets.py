@@ -20,12 +20,21 @@ boundary (the gap is zeros and reduces to zeros).
 :class:`GradientBuckets` allocates the buffers, copies the current gradient values in
 (an accumulated ``grad_req='add'`` gradient is kept) and binds every parameter's gradient
 to its view with ``autograd.mark_variables``, as ``Parameter._init_grad`` binds a fresh
-gradient: at once when every parameter is initialized, else right after the first forward
-has initialized the last deferred one, in both cases before the first backward. Whatever
-gives a parameter a new gradient array later (``grad_req`` changed, ``cast``,
-re-initialization) is noticed, and the parameter is bound again, to its old place when its
-shape and dtype still fit, else to a new bucket.
+gradient. A binding only reaches what autograd records afterwards: an operation recorded
+before it keeps the parameter's former gradient array, and backward writes there. So a
+parameter is bound before its data is first taken for a forward (at construction when
+every parameter is initialized, else when its data is taken, ``Parameter.data()``), and
+never while a graph that recorded it may still run backward: in an imperative forward that
+finishes deferred initializations layer by layer, the layers that ran before the last
+deferred parameter was initialized recorded their former gradients; they are bound at the
+step (their gradients copied into the views first), which reduces the same numbers, and
+write the views from the next step on. Whatever gives a parameter a new gradient array
+later (``grad_req`` changed, ``cast``, ``reset_ctx``, re-initialization) is noticed, and
+the parameter is bound again the same way, to its old place when its shape, dtype and
+context still fit, else to a new bucket.
 """
+import sys
+
 import mxnet as mx
 import numpy as np
 from mxnet import autograd
@@ -144,18 +153,28 @@ class GradientBuckets(object):
     """The buckets of one trainer's parameters, bound as their gradients.
 
     A parameter keeps its place (slot) once it has one: when its gradient array is
-    replaced (``grad_req`` switched to 'null' and back, or to 'add') it is bound again to
-    the same view. Only a parameter without a fitting slot (first build, a deferred
-    parameter initialized later, a new shape or dtype after ``cast``) gets a slot in a new
-    bucket; a slot left behind stays in its buffer, unused (a bucket left with no slot at
-    all, as after ``cast``, is dropped). Existing views are thus never replaced, which
-    matters for a block hybridized with ``static_shape=True``: its cached graph keeps
-    writing into the gradient arrays of its first backward even after they are replaced
-    (seen with MXNet 1.9.1), so the views must be bound before that first backward;
-    :meth:`for_step` detects the contrary. For that the buckets are built as soon
-    as every parameter is initialized: at construction, or right after the last deferred
-    parameter gets its gradient array in the first forward (``Parameter._init_grad`` is
-    wrapped to tell the buckets).
+    replaced (``grad_req`` switched to 'null' and back, or to 'add', re-initialization) it
+    is bound again to the same view. Only a parameter without a fitting slot (first build,
+    a deferred parameter initialized later, a new shape, dtype or context after ``cast`` or
+    ``reset_ctx``) gets a slot in a new bucket; a slot left behind stays in its buffer,
+    unused (a bucket left with no slot at all, as after ``cast``, is dropped). Existing
+    views are thus never replaced, which matters for a block hybridized with
+    ``static_shape=True``: its cached graph keeps writing into the gradient arrays of its
+    first backward even after they are replaced (seen with MXNet 1.9.1), so the views must
+    be bound before that first backward; :meth:`for_step` detects the contrary.
+
+    When to bind (see the module docstring): a parameter given a new gradient array
+    (``Parameter._init_grad`` and ``Parameter.cast`` are wrapped to tell the buckets) is
+    bound, with every other such parameter, when its data is next taken
+    (``Parameter._check_and_get`` is wrapped too), at the latest in :meth:`for_step`.
+    New buckets are laid out once no parameter waits for deferred initialization, so one
+    layout covers them all. A parameter whose data is taken while autograd records and
+    some other parameter still waits for deferred initialization cannot wait for that
+    layout without being recorded with its former gradient: it is bound in
+    :meth:`for_step` (after this step's backward wrote the former array, whose value is
+    copied into the view), except when a ``static_shape`` cached graph takes it (that
+    graph would keep the former array): then the parameters initialized so far are laid
+    out and bound at once.
 
     A parameter's gradient lives in the buckets of one trainer: a newer GradientBuckets
     over the same parameter takes it over, and the older one then raises ValueError when
@@ -173,18 +192,22 @@ class GradientBuckets(object):
         self._params = params
         self._priorities = priorities
         self._cap_bytes = cap_bytes
+        self._index = {id(p): i for i, p in enumerate(params)}
         self.buckets = []          # buckets that hold a slot, in creation order
         self.live = []             # the buckets holding at least one bound gradient
         self._slot = {}            # parameter index -> (bucket, member position)
-        self._bound = ()           # ((index, view), ...) as of the last check
+        self._bound = ()           # ((index, view), ...) as of the last binding
         self.bound_indices = frozenset()
         self.builds = 0            # how many times new buckets were made
         self._numbers = 0          # buckets made so far
-        self._replaced = []        # (parameter, former gradient array) not yet checked
+        self._replaced = []        # (parameter, former gradient, NaN-filled) not yet checked
+        self._recorded = set()     # indices recorded unbound in this step: bound in for_step
+        self._dirty = True         # some gradient array may be new (unbound)
+        self._busy = False         # binding or making a gradient: data hooks stay quiet
         self.changed = False       # layout changed since the owner last compared ranks
         for p in params:
             if getattr(p, "_mxhorovod_buckets", None) is None:
-                _wrap_init_grad(p)
+                _install_hooks(p)
             p._mxhorovod_buckets = self
         if not self._pending():
             self.current()
@@ -195,43 +218,89 @@ class GradientBuckets(object):
     def _owns_all(self):
         return all(p._mxhorovod_buckets is self for p in self._params)
 
-    def on_grad_init(self):
-        """Called after a parameter made a new gradient array: bind it now (before its
-        first backward) once no parameter waits for deferred initialization."""
-        if self._owns_all() and not self._pending():
-            self.current()
+    def on_new_grad(self):
+        """Called after a parameter got a new gradient array (``_init_grad``, ``cast``):
+        it is bound when its data is next taken, or in :meth:`for_step`."""
+        self._dirty = True
+
+    def on_use(self, param):
+        """Called when ``param``'s data is taken while some gradient may be unbound: binds
+        the unbound gradients now when nothing waits for deferred initialization; else
+        notes ``param`` when autograd records it unbound (see the class docstring)."""
+        if not self._owns_all():
+            return  # for_step raises
+        if not self._pending():
+            self._bind(final=False)
+            return
+        if not autograd.is_recording():
+            return  # nothing recorded: it can still be bound before its use
+        i = self._index.get(id(param))
+        if i is None or i in self._recorded or not self._unbound(i, param):
+            return
+        taker = _cached_graph_taking_data()
+        if taker == "probe":
+            return  # _build_cache only checks that the data exists
+        if taker == "static_shape":
+            self._bind(final=False)  # before that graph's first backward
+        else:
+            self._recorded.add(i)
+
+    def _unbound(self, i, p):
+        if not (p.grad_req != "null" and p._grad is not None and len(p._grad) == 1
+                and p._grad_stype == "default"):
+            return False
+        slot = self._slot.get(i)
+        return slot is None or p._grad[0] is not slot[0].views[slot[1]]
 
     def current(self):
         """The live buckets, after binding every eligible parameter to its view. Returns
         the list of live buckets; sets ``changed`` when the layout or the set of bound
         parameters changed."""
+        return self._bind(final=True)
+
+    def _bind(self, final):
+        """Binds the eligible parameters (but, unless ``final``, those recorded unbound in
+        this step) to their views, making buckets for those without a fitting slot."""
         eligible = eligible_params(self._params)
-        if len(eligible) == len(self._bound) and all(
+        if final and not self._recorded and len(eligible) == len(self._bound) and all(
                 i == j and p._grad[0] is v for (i, p), (j, v) in zip(eligible, self._bound)):
+            self._dirty = False
             return self.live
         if not self._owns_all():
             taken = next(p.name for p in self._params if p._mxhorovod_buckets is not self)
             raise ValueError("the gradient of Parameter '%s' is now in the buckets of a newer "
                              "DistributedTrainer (gradient_as_bucket_view=True); use that "
                              "trainer" % taken)
-        newcomers = []
-        for i, p in eligible:
-            slot = self._slot.get(i)
-            if slot is not None and slot[0].fits(slot[1], p):
-                view = slot[0].views[slot[1]]
-                if p._grad[0] is not view:
-                    self._replaced.append((p, _rebind(p, view)))
-            else:
-                newcomers.append((i, p))
-        if newcomers:
-            self._add_buckets(newcomers)
-        self._bound = tuple((i, p._grad[0]) for i, p in eligible)
-        self.bound_indices = frozenset(i for i, _ in eligible)
+        wait = set() if final else self._recorded
+        self._busy = True
+        try:
+            newcomers = []
+            for i, p in eligible:
+                slot = self._slot.get(i)
+                if slot is not None and slot[0].fits(slot[1], p):
+                    view = slot[0].views[slot[1]]
+                    if p._grad[0] is not view and i not in wait:
+                        self._replaced.append(_rebind(p, view))
+                else:
+                    newcomers.append((i, p))
+            if newcomers:
+                self._add_buckets(newcomers, wait)
+        finally:
+            self._busy = False
+        if final:
+            self._recorded = set()
+        self._dirty = False
+        bound = tuple((i, p._grad[0]) for i, p in eligible
+                      if i in self._slot and p._grad[0] is self._slot[i][0].views[self._slot[i][1]])
+        if newcomers or len(bound) != len(self._bound) or any(
+                i != j or v is not w for (i, v), (j, w) in zip(bound, self._bound)):
+            self.changed = True
+        self._bound = bound
+        self.bound_indices = frozenset(i for i, _ in bound)
         kept = set(id(b) for b, _ in self._slot.values())
         self.buckets = [b for b in self.buckets if id(b) in kept]
         live = set(id(self._slot[i][0]) for i in self.bound_indices)
         self.live = [b for b in self.buckets if id(b) in live]
-        self.changed = True
         return self.live
 
     def layout(self):
@@ -242,22 +311,25 @@ class GradientBuckets(object):
 
     def for_step(self, prefix, process_set=None):
         """The live buckets to reduce in this step, after binding every eligible parameter
-        (see :meth:`current`) and two checks, each once per change. ``prefix`` names the
-        trainer in errors and the collective of the layout check.
+        (see :meth:`current`; a gradient recorded unbound in this step is copied into its
+        view first) and two checks, each once per change. ``prefix`` names the trainer in
+        errors and the collective of the layout check.
 
         Raises:
-            RuntimeError: backward wrote a former gradient array replaced before this call
-                (a static_shape cached graph bound before the buckets); nothing is reduced.
+            RuntimeError: backward wrote a former gradient array replaced before this
+                step's forward used the parameter (a static_shape cached graph bound before
+                the buckets); nothing is reduced.
             ValueError: on every rank, the ranks' layouts differ (a blocking allgather
                 compares them after each change; otherwise the ranks would wait forever
                 for each other's bucket names).
         """
         # Replaced before this call: since then a backward ran, which must have written
-        # the buckets, not these arrays.
+        # the buckets, not these arrays (a parameter recorded with its former gradient is
+        # only replaced now, below).
         replaced, self._replaced = self._replaced, []
         buckets = self.current()
-        for param, old in replaced:
-            if written_since_rebind(old):
+        for param, old, nan in replaced:
+            if written_since_rebind(old, nan):
                 self._rearm(replaced)
                 raise RuntimeError(
                     "DistributedTrainer '%s': backward wrote the gradient of Parameter '%s' "
@@ -284,16 +356,18 @@ class GradientBuckets(object):
         """After backward was found writing former gradient arrays: a static cached graph
         had put them back into the parameters' autograd entries. Binds every bound
         parameter to its view again (effective once that graph is replaced, by hybridizing
-        its block again) and keeps ``replaced`` (NaN again) for the next check."""
+        its block again) and keeps ``replaced`` (refilled) for the next check."""
         for i in sorted(self.bound_indices):
             p = self._params[i]
             _mark(p, p._grad)
         with autograd.pause():
-            for _, old in replaced:
-                old[:] = np.nan
+            for _, old, nan in replaced:
+                old[:] = np.nan if nan else 0
         self._replaced = list(replaced) + self._replaced
 
-    def _add_buckets(self, members):
+    def _add_buckets(self, members, wait=()):
+        """New buckets for ``members`` [(index, Parameter)], one layout; binds them but
+        those in ``wait`` (bound later, to the slot they get now)."""
         order = sorted(members, key=lambda e: (-self._priorities[e[0]], e[0]))
         items = []
         for i, p in order:
@@ -307,56 +381,107 @@ class GradientBuckets(object):
             bucket = Bucket(self._numbers, chosen, g0.dtype, g0.context)
             self._numbers += 1
             for k, (i, p) in enumerate(chosen):
-                self._replaced.append((p, _rebind(p, bucket.views[k])))
+                if i not in wait:
+                    self._replaced.append(_rebind(p, bucket.views[k]))
                 self._slot[i] = (bucket, k)
             self.buckets.append(bucket)
         self.builds += 1
 
 
-def _wrap_init_grad(param):
-    """Makes ``param._init_grad`` (called when its gradient array is made: deferred
-    initialization in the first forward, grad_req changes, re-initialization) tell the
-    parameter's current GradientBuckets afterwards."""
-    original = param._init_grad
+def _install_hooks(param):
+    """Wraps three methods of ``param`` to tell its current GradientBuckets
+    (``param._mxhorovod_buckets``): ``_init_grad`` (a new gradient array: deferred
+    initialization in the first forward, grad_req changes, re-initialization,
+    ``reset_ctx``) and ``cast`` (new data and gradient arrays) after they ran, and
+    ``_check_and_get`` when it hands out the data (``data()``, ``list_data()``, a cached
+    graph's inputs) while a gradient may be unbound: the last moment to bind it before
+    autograd records it."""
+    init_grad, cast, check_and_get = param._init_grad, param.cast, param._check_and_get
 
-    def init_grad_then_bind():
-        original()
-        param._mxhorovod_buckets.on_grad_init()
+    def init_grad_then_tell():
+        buckets = param._mxhorovod_buckets
+        busy, buckets._busy = buckets._busy, True  # its data is taken inside
+        try:
+            init_grad()
+        finally:
+            buckets._busy = busy
+        buckets.on_new_grad()
 
-    param._init_grad = init_grad_then_bind
+    def cast_then_tell(dtype):
+        cast(dtype)
+        param._mxhorovod_buckets.on_new_grad()
+
+    def check_and_get_then_bind(arr_list, ctx):
+        if arr_list is not None and arr_list is param._data:
+            buckets = param._mxhorovod_buckets
+            if buckets._dirty and not buckets._busy:
+                buckets.on_use(param)
+        return check_and_get(arr_list, ctx)
+
+    param._init_grad = init_grad_then_tell
+    param.cast = cast_then_tell
+    param._check_and_get = check_and_get_then_bind
 
 
-def written_since_rebind(old):
-    """Whether the former gradient ``old`` (filled with NaN by the rebinding) was written
-    since: then backward still writes there, not into the bucket. Waits for ``old``."""
+def _cached_graph_taking_data():
+    """Who takes a parameter's data (looked up only in a parameter's first forward):
+    "probe" when a HybridBlock checks for deferred initialization while building its
+    cached graph, "static_shape" when a cached graph hybridized with static_shape=True
+    takes it as an input, else None (an imperative forward or another cached graph, which
+    writes whatever gradient autograd recorded). Frames: this one, on_use, the wrapper,
+    Parameter.data or list_data, then the taker."""
+    frame = sys._getframe(1)
+    for _ in range(6):
+        frame = frame.f_back
+        if frame is None:
+            return None
+        name = frame.f_code.co_name
+        if name in ("_build_cache", "_call_cached_op"):
+            block = frame.f_locals.get("self")
+            if not isinstance(block, mx.gluon.HybridBlock):
+                return None
+            if name == "_build_cache":
+                return "probe"
+            return "static_shape" if dict(block._flags).get("static_shape") else None
+    return None
+
+
+def written_since_rebind(old, nan=True):
+    """Whether the former gradient ``old`` (filled by the rebinding with NaN, or with zeros
+    for grad_req='add', where backward adds into it) was written since: then backward still
+    writes there, not into the bucket. Waits for ``old``."""
     if not np.issubdtype(np.dtype(old.dtype), np.floating):
         return False  # no NaN to detect a write with; integer gradients are rare
-    return not np.isnan(old.asnumpy()).all()
+    values = old.asnumpy()
+    return not np.isnan(values).all() if nan else bool(values.any())
 
 
 def _rebind(param, view):
     """Makes ``view`` the gradient of ``param``, keeping its value and freshness. Returns
-    the former gradient array, filled with NaN after its value was copied: a reference
-    kept to it shows NaN instead of silently stale values, and
-    :func:`written_since_rebind` tells whether some cached graph still writes there."""
+    ``(param, former gradient array, filled with NaN)``: after its value was copied the
+    former array is filled with NaN (with zeros under grad_req='add', so an addition into
+    it stays visible), so a reference kept to it shows NaN instead of silently stale
+    values, and :func:`written_since_rebind` tells whether some cached graph still writes
+    there."""
     old = param._grad[0]
+    nan = param.grad_req != "add"
     # An engine copy, ordered after any pending backward write of the old gradient: the
     # gradient of this step (or the sum so far with grad_req='add') is kept. Paused: this
-    # may run inside the user's autograd.record() (deferred init in the first forward).
+    # may run inside the user's autograd.record() (in a forward).
     with autograd.pause():
         view[:] = old
         if np.issubdtype(np.dtype(old.dtype), np.floating):
-            old[:] = np.nan
+            old[:] = np.nan if nan else 0
     param._grad = [view]
     _mark(param, param._grad)
-    return old
+    return param, old, nan
 
 
 def _mark(param, grads):
     """Binds ``grads`` as the gradients of ``param``'s data, as Parameter._init_grad does.
     Marking creates a new autograd entry whose fresh-gradient flag is unset; Trainer reads
     that flag in update() (stale-gradient check), so it is carried over."""
-    data = param._check_and_get(param._data, list)
+    data = list(param._data)  # not _check_and_get: its hook would bind again
     fresh = [d._fresh_grad for d in data]
     autograd.mark_variables(data, grads, param.grad_req)
     for d, f in zip(data, fresh):

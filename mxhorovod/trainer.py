@@ -48,10 +48,13 @@ class DistributedTrainer(mx.gluon.Trainer):
             first) per dtype; each bucket is reduced by one in-place allreduce of its
             buffer, with no packing copies, and the engine starts it as soon as backward
             has written the whole bucket. Same results as without. The gradients are
-            bound to their views as soon as every parameter is initialized (here, or in
-            the first forward for deferred initialization), before the first backward, and
-            again whenever a parameter gets a new gradient array (``grad_req`` changed,
-            ``cast``, ...); ``param.grad()`` then returns the view, so take it again
+            bound to their views here when every parameter is initialized, else before
+            autograd records them in the first forward, and again whenever a parameter
+            gets a new gradient array (``grad_req`` changed, ``cast``, ``reset_ctx``,
+            re-initialization); in an imperative first forward that finishes deferred
+            initializations layer by layer, the layers recorded before the last one was
+            initialized are bound at the first step instead (their gradients copied into
+            the views: same numbers). ``param.grad()`` then returns the view, so take it again
             rather than keeping gradient arrays from before. A parameter's gradient is in
             the buckets of one trainer: the newest one made over it. See
             :mod:`mxhorovod.buckets`.

@@ -11,5 +11,9 @@ def test_bucket_views_train_like_one_process(np_):
     # SGD, Adam hybridized with static_alloc; allreduce_grads then update; grad_req='add';
     # deferred init; float32+float64 with grad_req='null' parameters; re-bucketing when
     # grad_req changes; fp16 compression; num_groups with predivide; save/load of the
-    # trainer states; ranks whose layouts differ get a ValueError, not a hang.
+    # trainer states; ranks whose layouts differ get a ValueError, not a hang; gradient
+    # arrays made while autograd records (a non-hybridized net finishing deferred init layer
+    # by layer, a parameter used around a deferred layer, a shape set in forward, static
+    # cached children of a Sequential, blocks initialized one by one) or replaced around it
+    # (force_reinit inside record(), reset_ctx, cast), against the run without views.
     run_ranks(np_, "train_buckets.py", timeout=300)

@@ -331,6 +331,231 @@ def layout_mismatch_error():
     assert hvd.allreduce(mx.nd.ones((2,)), name="bbad.after").asnumpy().tolist() == [1, 1]
 
 
+# --- gradient arrays made or replaced around autograd's recording ---------------------------
+
+def seeded_init(seed):
+    mx.random.seed(seed)  # the same values on every rank and in both runs
+    return mx.init.Uniform(0.5)
+
+
+def all_views(trainer):
+    """Every bucketed parameter's gradient is its view."""
+    b = trainer._buckets
+    for bucket in b.live:
+        for i, v in zip(bucket.indices, bucket.views):
+            if i in b.bound_indices:
+                assert trainer._params[i].grad() is v, trainer._params[i].name
+    assert b.bound_indices == {i for i, p in enumerate(trainer._params)
+                               if p.grad_req != "null"}, sorted(b.bound_indices)
+
+
+def with_and_without_views(tag, script, opt_kind="sgd"):
+    """Runs ``script(prefix, trainer_kwargs) -> (net, trainer)`` without and with bucket
+    views (and with several buckets): the parameters must be the same on every rank."""
+    results = {}
+    for kind, kwargs in (("plain", {}), ("one", dict(gradient_as_bucket_view=True)),
+                         ("many", dict(gradient_as_bucket_view=True,
+                                       bucket_cap_mb=SMALL_CAP_MB))):
+        net, tr = script("%s_%s_" % (tag, kind), kwargs)
+        results[kind] = param_arrays(net)
+        assert_same_on_all_ranks(results[kind], "%s %s" % (tag, kind))
+        if kwargs:
+            all_views(tr)
+    assert_identical(results["one"], results["plain"], tag + ": one bucket vs plain")
+    assert_identical(results["many"], results["plain"], tag + ": many buckets vs plain")
+    return results["one"]
+
+
+def imperative_deferred_net(prefix):
+    net = gluon.nn.Sequential(prefix=prefix)  # not hybridized: layer by layer
+    with net.name_scope():
+        net.add(gluon.nn.Dense(HIDDEN, activation="tanh"))  # in_units from the first batch
+        net.add(gluon.nn.Dense(HIDDEN, activation="tanh"))
+        net.add(gluon.nn.Dense(CLASSES))
+    net.initialize(mx.init.Uniform(0.5 + 0.1 * hvd.rank()))
+    return net
+
+
+def deferred_imperative():
+    """The tester's case: a plain Sequential with deferred initialization; the first
+    forward records the first layers before the last one is initialized (their gradients
+    are bound at the first step, after being copied into the views). SGD and Adam, grad_req
+    'write' and 'add' (two backward passes a step), and a first forward and backward whose
+    gradients are overwritten before the first step: the same as without views and as one
+    process on the concatenated batch."""
+    x, y = global_data(STEPS + 1, B, seed=21)
+    for opt_kind, req, dry in (("sgd", "write", False), ("adam", "add", False),
+                               ("sgd", "write", True)):
+        results = {}
+        for kind, kwargs in (("plain", {}), ("one", dict(gradient_as_bucket_view=True)),
+                             ("many", dict(gradient_as_bucket_view=True,
+                                           bucket_cap_mb=SMALL_CAP_MB))):
+            name = "bimp_%s_%s_%s%s" % (opt_kind, req, kind, "_dry" if dry else "")
+            net = imperative_deferred_net(name + "_dist_")
+            hvd.broadcast_parameters(net.collect_params(), root_rank=0)  # in the forward
+            net.collect_params().setattr("grad_req", req)
+            tr = hvd.DistributedTrainer(net.collect_params(), optimizer(opt_kind), **kwargs)
+            xs, ys = shard(x, B), shard(y, B)
+            ref = imperative_deferred_net(name + "_ref_")
+            ref(mx.nd.array(x[0]))
+            mx.random.seed(31)  # the same initial values in the three runs
+            if dry:  # gradients overwritten by the next backward (grad_req 'write')
+                forward_backward(net, xs[STEPS], ys[STEPS])
+            for s in range(STEPS):
+                forward_backward(net, xs[s], ys[s])
+                if req == "add":
+                    forward_backward(net, xs[s], ys[s])
+                if s == 0:
+                    copy_params(net, ref)  # rank 0's initial values, not yet updated
+                tr.step(B)
+                if req == "add":
+                    net.collect_params().zero_grad()
+                if kwargs:
+                    all_views(tr)
+                    assert tr._buckets.builds == 1, tr._buckets.builds
+            got = param_arrays(net)
+            assert_same_on_all_ranks(got, name)
+            results[kind] = got
+            # 'add' doubles every gradient: the reference trains on the batch twice.
+            ref.collect_params().setattr("grad_req", req)
+            ref_tr = gluon.Trainer(ref.collect_params(), optimizer(opt_kind), kvstore=None)
+            for s in range(STEPS):
+                forward_backward(ref, x[s], y[s])
+                if req == "add":
+                    forward_backward(ref, x[s], y[s])
+                ref_tr.step(x.shape[1])
+                if req == "add":
+                    ref.collect_params().zero_grad()
+            assert_close(got, param_arrays(ref), 0.1, name)
+            if kind == "one":
+                assert len(tr._buckets.buckets) == 1, bucket_summary(tr)
+        assert_identical(results["one"], results["plain"], "imperative deferred: one")
+        assert_identical(results["many"], results["plain"], "imperative deferred: many")
+
+
+class SharedLazy(gluon.Block):
+    """Imperative: a Dense used before and after a deferred one (one parameter recorded
+    twice around the deferred initialization), and a parameter whose shape is only set in
+    the first forward."""
+
+    def __init__(self, prefix):
+        super(SharedLazy, self).__init__(prefix=prefix)
+        with self.name_scope():
+            self.a = gluon.nn.Dense(HIDDEN, activation="tanh", in_units=IN)
+            self.mid = gluon.nn.Dense(IN, activation="tanh")
+            self.out = gluon.nn.Dense(CLASSES)
+            self.scale = self.params.get("scale", shape=(0,), init=mx.init.One(),
+                                         allow_deferred_init=True)
+
+    def forward(self, x):
+        h = self.a(self.mid(self.a(x)))
+        if self.scale._data is None:
+            self.scale.shape = (h.shape[1],)
+            self.scale._finish_deferred_init()
+        return self.out(h * self.scale.data())
+
+
+def shared_and_shape_in_forward():
+    x, y = global_data(STEPS, B, seed=22)
+
+    def script(prefix, kwargs):
+        net = SharedLazy(prefix)
+        net.initialize(seeded_init(5))
+        tr = hvd.DistributedTrainer(net.collect_params(), optimizer("adam"), **kwargs)
+        train(net, tr, shard(x, B), shard(y, B), STEPS)
+        return net, tr
+    with_and_without_views("bshared", script, "adam")
+
+
+def static_children_deferred():
+    """Sequential.hybridize(static_shape=True): each Dense is its own static cached graph,
+    which keeps the gradient arrays of its first backward; the first ones take their data
+    before the last one is initialized: they are laid out and bound right then."""
+    x, y = global_data(STEPS, B, seed=23)
+
+    def script(prefix, kwargs):
+        net = gluon.nn.Sequential(prefix=prefix)
+        with net.name_scope():
+            net.add(gluon.nn.Dense(HIDDEN, activation="tanh"), gluon.nn.Dense(CLASSES))
+        net.initialize(seeded_init(6))
+        net.hybridize(static_alloc=True, static_shape=True)
+        tr = hvd.DistributedTrainer(net.collect_params(), optimizer("sgd"), **kwargs)
+        train(net, tr, shard(x, B), shard(y, B), STEPS)
+        return net, tr
+    with_and_without_views("bstatkids", script)
+
+
+def initialized_in_parts():
+    """Blocks initialized one by one, the first with known shapes (so its gradients exist
+    when the trainer is made), the others deferred: the first is recorded in the first
+    forward before the others are initialized, and is bound at the first step."""
+    x, y = global_data(STEPS, B, seed=24)
+
+    def script(prefix, kwargs):
+        net = gluon.nn.Sequential(prefix=prefix)
+        with net.name_scope():
+            net.add(gluon.nn.Dense(HIDDEN, activation="tanh", in_units=IN),
+                    gluon.nn.Dense(HIDDEN, activation="tanh"), gluon.nn.Dense(CLASSES))
+        init = seeded_init(7)
+        for block in net:
+            block.initialize(init)
+        tr = hvd.DistributedTrainer(net.collect_params(), optimizer("sgd"), **kwargs)
+        if kwargs:
+            assert tr._buckets.buckets == []  # waits for the deferred layers
+        train(net, tr, shard(x, B), shard(y, B), STEPS)
+        return net, tr
+    with_and_without_views("bparts", script)
+
+
+def reinit_reset_ctx_cast():
+    """New gradient arrays inside autograd.record() before the forward (force_reinit) and
+    between steps (reset_ctx, cast to float64), each followed by two steps or more;
+    imperative and static_shape hybridized."""
+    x, y = global_data(6, B, seed=25)
+
+    def script(prefix, kwargs, hybrid=False):
+        net = gluon.nn.HybridSequential(prefix=prefix)
+        with net.name_scope():
+            net.add(gluon.nn.Dense(HIDDEN, activation="tanh", in_units=IN),
+                    gluon.nn.Dense(CLASSES, in_units=HIDDEN))
+        net.initialize(seeded_init(8))
+        if hybrid:
+            net.hybridize(static_alloc=True, static_shape=True)
+        # No optimizer state: MXNet keeps float32 momentum after cast.
+        tr = hvd.DistributedTrainer(net.collect_params(),
+                                    mx.optimizer.SGD(learning_rate=0.1, wd=1e-3), **kwargs)
+        xs, ys = shard(x, B), shard(y, B)
+        loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+        dtype = "float32"
+        for s in range(6):
+            with autograd.record():
+                if s == 1:
+                    net.initialize(seeded_init(9), force_reinit=True)
+                out = net(mx.nd.array(xs[s], dtype=dtype))
+                loss = loss_fn(out, mx.nd.array(ys[s], dtype=dtype))
+            loss.backward()
+            tr.step(B)
+            if kwargs:
+                all_views(tr)
+            if s == 2:
+                net.collect_params().reset_ctx(mx.cpu(0))
+            if s == 3:  # a cast graph: bound before its first backward
+                net.cast("float64")
+                dtype = "float64"
+        return net, tr
+    with_and_without_views("breinit", script)
+    # Hybridized with static_shape=True, a plain Trainer goes wrong here (the cached graph
+    # keeps writing the gradient arrays that force_reinit and reset_ctx replaced); with
+    # views it trains like the imperative net.
+    want, _ = script("breinit_imp_", {})
+    want = param_arrays(want)
+    for kwargs in (dict(gradient_as_bucket_view=True),
+                   dict(gradient_as_bucket_view=True, bucket_cap_mb=SMALL_CAP_MB)):
+        net, _ = script("breinit_hyb_", kwargs, hybrid=True)
+        got = param_arrays(net)
+        assert_same_on_all_ranks(got, "breinit hybridized")
+        assert_identical(got, want, "breinit hybridized with views vs imperative plain")
+
 SCENARIOS = {
     "equivalence_sgd": lambda: equivalence("sgd"),
     "equivalence_adam_hybrid_static": lambda: equivalence("adam", hybridize=True),
@@ -338,7 +563,8 @@ SCENARIOS = {
 SCENARIOS.update({f.__name__: f for f in (
     allreduce_grads_reads_mean, grad_req_add, deferred_init, mixed_dtypes_and_null,
     rebind_on_grad_req_change, fp16_compression, groups_and_predivide, save_load_states,
-    layout_mismatch_error)})
+    layout_mismatch_error, deferred_imperative, shared_and_shape_in_forward,
+    static_children_deferred, initialized_in_parts, reinit_reset_ctx_cast)})
 
 
 if __name__ == "__main__":
