@@ -199,3 +199,21 @@ def test_summary_tolerates_a_recording_started_mid_operation():
     t = parse(ev)
     assert [(sp.phase, sp.use) for sp in t.spans] == [
         ("ALLREDUCE", 0), ("NEGOTIATE_ALLREDUCE", 1), ("ALLREDUCE", 1)]
+
+
+def test_a_job_aborted_at_once_leaves_a_loadable_start(tmp_path):
+    # Rank 1 fails right after one allreduce: MPI_Abort ends rank 0 before the writer's
+    # first flush. The file was empty (0 bytes); now it holds at least the open array.
+    script = tmp_path / "abort_early.py"
+    script.write_text(
+        "import mxnet as mx\nimport mxhorovod as hvd\nhvd.init()\n"
+        "hvd.allreduce(mx.nd.ones(2), name='one').asnumpy()\n"
+        "if hvd.rank() == 1:\n    raise RuntimeError('rank 1 fails')\n"
+        "import time\ntime.sleep(30)\n")
+    path = tmp_path / "timeline.json"
+    proc = run_ranks(2, str(script), timeout=120, expect_ok=False,
+                     env={"HOROVOD_TIMELINE": str(path), "HOROVOD_TIMELINE_MARK_CYCLES": "1"})
+    assert proc.returncode != 0 and "rank 1 fails" in proc.stdout, proc.stdout[-3000:]
+    text = path.read_text()
+    assert text.startswith("[") and "process_name" in text, repr(text[:200])
+    load(str(path))  # the summary tool reads the unfinished file

@@ -99,6 +99,9 @@ Status Timeline::Start(const std::string& path, bool mark_cycles) {
   if (mark_cycles) {
     Emit("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"args\":{\"name\":\"cycles\"}}");
   }
+  // On disk at once: a job killed before the writer's first flush (a peer's abort within
+  // 200 ms) leaves an open JSON array that trace viewers load, not an empty file.
+  std::fflush(file_);
   writer_ = std::thread(&Timeline::WriterLoop, this);
   enabled_.store(true);
   return Status::OK();
