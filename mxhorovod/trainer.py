@@ -10,7 +10,7 @@ import warnings
 import mxnet as mx
 import numpy as np
 
-from mxhorovod import Average, Max, allreduce_, grouped_allreduce_
+from mxhorovod import Average, Max, Sum, allreduce, allreduce_, grouped_allreduce_
 from mxhorovod.buckets import GradientBuckets
 from mxhorovod.compression import Compression
 from mxhorovod.mpi_ops import gradient_reduction
@@ -153,11 +153,75 @@ class DistributedTrainer(mx.gluon.Trainer):
         pid = _check_member(self._process_set, "DistributedTrainer")
         self._prefix = "DistributedTrainer.%d." % next_number("DistributedTrainer", pid)
 
+    def step(self, batch_size, ignore_stale_grad=False):
+        """``gluon.Trainer.step``: average the gradients over the ranks, then update.
+
+        With ``ignore_stale_grad=True`` the ranks first agree on which gradients are fresh
+        (one small blocking allreduce of the flags): a parameter that backward used on some
+        ranks only (a branch taken on some ranks) is updated on every rank, with the
+        stale ranks contributing zeros, as one process on the concatenated batch would; a
+        parameter stale everywhere is skipped everywhere. (Horovod averages the stale
+        gradients in, and only the fresh ranks update: the ranks' weights drift apart.)
+        """
+        self._agree_on_fresh = bool(ignore_stale_grad)
+        try:
+            super(DistributedTrainer, self).step(batch_size, ignore_stale_grad)
+        finally:
+            self._agree_on_fresh = False
+
+    def update(self, batch_size, ignore_stale_grad=False):
+        """``gluon.Trainer.update`` after ``allreduce_grads()``.
+
+        Raises:
+            ValueError: on every rank, with ``ignore_stale_grad=True``, when some gradient
+                is fresh on some ranks and stale on others: the reduction has already
+                averaged a stale gradient in, and the ranks would update differently (use
+                ``step(..., ignore_stale_grad=True)``, which handles that case).
+        """
+        if ignore_stale_grad and self._process_set.included() is not False and \
+                _ps_size(self._process_set, "DistributedTrainer") > 1:
+            mixed = [self._params[i].name for i, n in self._fresh_counts() if 0 < n < self._n]
+            if mixed:
+                raise ValueError(
+                    "DistributedTrainer.update(ignore_stale_grad=True): the gradients of %s "
+                    "are fresh on some ranks and stale on others, and allreduce_grads() has "
+                    "averaged the stale ones in; use step(batch_size, ignore_stale_grad=True)"
+                    % ", ".join("'%s'" % m for m in mixed))
+        super(DistributedTrainer, self).update(batch_size, ignore_stale_grad)
+
+    def _fresh_counts(self):
+        """[(parameter index, number of ranks of the set where its gradient is fresh)] for
+        every parameter with a gradient; blocks (one int32 allreduce)."""
+        if self._prefix is None:
+            self._auto_prefix()
+        idx = [i for i, p in enumerate(self._params) if p.grad_req != "null"]
+        self._n = _ps_size(self._process_set, "DistributedTrainer")
+        mine = [int(self._params[i].list_data()[0]._fresh_grad) for i in idx]
+        counts = allreduce(mx.nd.array(mine, dtype="int32"), op=Sum, name=self._prefix + "fresh",
+                           process_set=self._process_set).asnumpy()
+        return list(zip(idx, counts.tolist()))
+
+    def _zero_stale_where_fresh_elsewhere(self):
+        for i, count in self._fresh_counts():
+            p = self._params[i]
+            data = p.list_data()[0]
+            if 0 < count < self._n and not data._fresh_grad:
+                grad = p.list_grad()[0]
+                if grad.stype == "default":
+                    grad[:] = 0
+                else:
+                    mx.nd.zeros(grad.shape, ctx=grad.context, dtype=grad.dtype,
+                                stype=grad.stype).copyto(grad)
+                data._fresh_grad = True  # updated here as on the ranks that used it
+
     def _allreduce_grads(self):
         if self._process_set.included() is False:
             return  # a rank outside the set trains on its own gradients (as Horovod)
         if self._prefix is None:
             self._auto_prefix()
+        if getattr(self, "_agree_on_fresh", False) and \
+                _ps_size(self._process_set, "DistributedTrainer") > 1:
+            self._zero_stale_where_fresh_elsewhere()
         # Buckets are bound even on one rank, so param.grad() is the same kind of array
         # whatever the number of ranks.
         buckets = self._buckets.for_step(self._prefix, self._process_set) \

@@ -220,9 +220,74 @@ def optimizer_on_own_device():
     assert_close(param_arrays(net), param_arrays(ref), 0.1, "optimizer on mx.cpu(local_rank)")
 
 
+class Branchy(gluon.Block):
+    """main(x), plus branch(x) when ``use_branch``: a parameter used on some ranks only."""
+
+    def __init__(self, prefix):
+        super(Branchy, self).__init__(prefix=prefix)
+        with self.name_scope():
+            self.main = gluon.nn.Dense(3, in_units=IN)
+            self.branch = gluon.nn.Dense(3, in_units=IN)
+            self.unused = gluon.nn.Dense(3, in_units=IN)  # stale everywhere
+
+    def forward(self, x, use_branch):
+        y = self.main(x)
+        return y + self.branch(x) if use_branch else y
+
+
+def stale_on_some_ranks():
+    """step(ignore_stale_grad=True) with a branch used on rank 0 only: every rank updates
+    the branch, the others contributing zeros (one process on the concatenated batch);
+    the parameter stale everywhere is skipped everywhere. (Averaging the stale gradients
+    in and updating on rank 0 only drifted the ranks apart.) update() after
+    allreduce_grads() in that case refuses on every rank."""
+    x, y = global_data(3, B, seed=8)
+    nets = []
+    for tag in ("stale_dist_", "stale_ref_"):
+        net = Branchy(tag)
+        net.initialize(mx.init.Uniform(0.5))
+        nets.append(net)
+    net, ref = nets
+    hvd.broadcast_parameters(net.collect_params())
+    for pd, ps in zip(ref.collect_params().values(), net.collect_params().values()):
+        pd.set_data(ps.data())
+    unused0 = net.unused.weight.data().asnumpy()
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    tr = hvd.DistributedTrainer(net.collect_params(), optimizer("sgd"))
+    ref_tr = gluon.Trainer(ref.collect_params(), optimizer("sgd"), kvstore=None)
+    for s in range(2):
+        with autograd.record():
+            loss = loss_fn(net(mx.nd.array(shard(x, B)[s]), hvd.rank() == 0),
+                           mx.nd.array(shard(y, B)[s]))
+        loss.backward()
+        tr.step(B, ignore_stale_grad=True)
+        with autograd.record():  # rank 0's rows use the branch, the others' do not
+            parts = [loss_fn(ref(mx.nd.array(x[s, k * B:(k + 1) * B]), k == 0),
+                             mx.nd.array(y[s, k * B:(k + 1) * B])) for k in range(hvd.size())]
+            ref_loss = mx.nd.concat(*parts, dim=0)
+        ref_loss.backward()
+        ref_tr.step(x.shape[1], ignore_stale_grad=True)
+    got = [p.data().asnumpy() for p in net.collect_params().values()]
+    assert_close(got, [p.data().asnumpy() for p in ref.collect_params().values()], 0.1,
+                 "stale on some ranks")
+    assert_same_on_all_ranks(got, "stale on some ranks")
+    np.testing.assert_array_equal(net.unused.weight.data().asnumpy(), unused0)
+    with autograd.record():
+        loss = loss_fn(net(mx.nd.array(shard(x, B)[2]), hvd.rank() == 0),
+                       mx.nd.array(shard(y, B)[2]))
+    loss.backward()
+    tr.allreduce_grads()
+    try:
+        tr.update(B, ignore_stale_grad=True)
+        raise AssertionError("update() after a mixed-freshness reduction was accepted")
+    except ValueError as e:
+        assert "stale_dist_dense1_weight" in str(e) and "step(" in str(e), str(e)
+
+
 SCENARIOS = {f.__name__: f for f in (
     grad_req_add, clip_between_allreduce_and_update, two_trainers_gan, unwrap_and_type_errors,
-    insertion_order_and_null, row_sparse_embedding, fp16_compression, optimizer_on_own_device)}
+    insertion_order_and_null, row_sparse_embedding, fp16_compression, optimizer_on_own_device,
+    stale_on_some_ranks)}
 
 
 if __name__ == "__main__":
