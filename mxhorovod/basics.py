@@ -87,14 +87,15 @@ def _at_exit():
     A training loop returns from its last ``step()`` before the collectives it called have
     run (they are queued in MXNet's engine); stopping at once would shut down every rank
     while a peer still waits for them (seen: rank 0's last step failed with "a peer rank
-    shut down" when rank 1 finished first). So a normal exit first waits for them (up to
-    the stall check time). Not after an uncaught exception: the job is failing, and the
-    peers should hear so at once."""
+    shut down" when rank 1 finished first). So a normal exit first waits for them, while
+    they keep completing (it gives up after 10 s, or the stall check time if shorter,
+    without one completing: a peer blocked in a collective this rank never calls). Not
+    after an uncaught exception: the job is failing, and the peers should hear so at once."""
     if _core.is_initialized() and getattr(sys, "last_value", None) is None:
         if not _core.wait_local_work():
             logging.getLogger("mxhorovod").warning(
-                "exit: collectives called on this rank had not completed after the stall "
-                "check time; stopping anyway (their peers get an error)")
+                "exit: collectives called on this rank stopped completing (none for 10 s, or "
+                "the stall check time); stopping anyway (their peers get an error)")
     _core.finalize_mpi()
 
 

@@ -359,7 +359,8 @@ def _layout(t):
     if len(tail) > _LAYOUT_DIMS:  # fold the rest: equal shapes still give equal rows
         tail = tail[:_LAYOUT_DIMS - 1] + [hash(tuple(tail[_LAYOUT_DIMS - 1:])) & (2**62 - 1)]
     tail += [-1] * (_LAYOUT_DIMS - len(tail))
-    return [t.shape[0], np.dtype(t.dtype).num, t.ndim] + tail
+    rows = t.shape[0] if t.ndim else 0  # a 0-d array is refused after the exchange
+    return [rows, np.dtype(t.dtype).num, t.ndim] + tail
 
 
 _DTYPE_NAMES = {np.dtype(d).num: np.dtype(d).name
@@ -371,8 +372,10 @@ def _describe_layout(row):
     """'float32 (N, 10, 17)' for a row of :func:`_layout` (N: dim 0, free to differ)."""
     dtype = _DTYPE_NAMES.get(int(row[1]), "dtype #%d" % row[1])
     ndim = int(row[2])
-    if ndim - 1 > _LAYOUT_DIMS:
-        return "%s, %d dimensions" % (dtype, ndim)
+    if ndim - 1 > _LAYOUT_DIMS:  # the last slot holds a hash of the remaining dimensions
+        known = [str(int(d)) for d in row[3:3 + _LAYOUT_DIMS - 1]]
+        return "%s (%s, ... %d more; %d dimensions)" % (
+            dtype, ", ".join(["N"] + known), ndim - _LAYOUT_DIMS, ndim)
     return "%s (%s)" % (dtype, ", ".join(["N"] + [str(int(d)) for d in row[3:3 + ndim - 1]]))
 
 
@@ -386,12 +389,25 @@ def _rows_of_peers(tensors, name, pid, size, what, process_set):
     mine = mx.nd.array([_layout(t) for t in tensors], dtype="int64")
     out = mx.nd.empty((size * len(tensors), mine.shape[1]), dtype="int64")
     _core.grouped_allgather([_handle(mine)], [_handle(out)], [name], 0, pid)
-    table = out.asnumpy().reshape(size, len(tensors), -1)
+    base = name[:-len(".rows")]
+    try:
+        table = out.asnumpy().reshape(size, len(tensors), -1)
+    except mx.base.MXNetError as e:
+        if "the peers send" not in str(e):  # the core's size check: not our exchange's shape
+            raise
+        raise InvalidArgumentError(
+            "%s '%s': the ranks passed different numbers of tensors (this rank %d); nothing "
+            "was submitted" % (what, base, len(tensors))) from e
     members = process_set.ranks if process_set is not global_process_set else range(size)
     for i in range(len(tensors)):
+        tensor = base + ("" if what == "allgather" else ".%d" % i)
+        scalar = [members[k] for k in range(size) if table[k, i, 2] == 0]
+        if scalar:
+            raise InvalidArgumentError(
+                "%s '%s': a 0-d array has no dimension 0 to concatenate (ranks %s); nothing "
+                "was submitted" % (what, tensor, scalar))
         for k in range(1, size):
             if (table[k, i, 1:] != table[0, i, 1:]).any():
-                tensor = name[:-len(".rows")] + ("" if what == "allgather" else ".%d" % i)
                 raise InvalidArgumentError(
                     "Mismatched shapes or data types for %s '%s' (all but the first dimension "
                     "must agree): rank %d has %s, rank %d has %s; nothing was submitted"
@@ -408,7 +424,10 @@ def allgather(tensor, name=None, priority=0, process_set=global_process_set):
     peers), then returns a new NDArray of shape (sum of dim 0, *tensor.shape[1:]).
 
     Raises:
-        ValueError: a 0-d array.
+        InvalidArgumentError (a ValueError and an MXNetError): on every rank, at the call,
+            when a rank passed a 0-d array or the ranks disagree on the dtype or the
+            dimensions after the first (the message names the tensor and two ranks'
+            layouts); nothing is submitted.
     """
     return grouped_allgather([tensor], name=name, priority=priority, process_set=process_set,
                              _what="allgather")[0]
@@ -420,14 +439,12 @@ def grouped_allgather(tensors, name=None, priority=0, process_set=global_process
     for all of them). Tensor i is named '<name>.<i>'. Returns a list of new NDArrays.
 
     Raises:
-        ValueError: not a list, the same array twice, or a 0-d array. An empty list
-            returns [] at once.
+        InvalidArgumentError: not a list, or the same array twice (on this rank); on every
+            rank, as for :func:`allgather`, and when the ranks passed different numbers of
+            tensors. An empty list returns [] at once.
     """
     if not _check_list(tensors, _what):
         return []
-    for t in tensors:
-        if t.ndim == 0:
-            raise InvalidArgumentError("%s: a 0-d array has no dimension 0 to concatenate" % _what)
     pid = _ps_id(process_set, _what)
     size = _ps_size(process_set, _what)
     base = _name(_what, name, pid)

@@ -88,3 +88,8 @@ def test_a_rank_that_finishes_first_lets_its_last_collectives_run(np_):
 
 def test_a_child_forked_after_init_exits_without_stopping_the_parent():
     run_ranks(2, "exit_order.py", ["fork"], timeout=120)
+
+
+def test_an_exit_does_not_wait_for_a_collective_no_peer_will_call():
+    run_ranks(2, "exit_order.py", ["peer_blocked"], timeout=120,
+              env={"HOROVOD_STALL_CHECK_TIME_SECONDS": "2"})

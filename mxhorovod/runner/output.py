@@ -66,8 +66,8 @@ class _Sink:
 
 def _read(fd, rank, sink, file):
     """Relays one rank's stream until its pipe ends; closes the pipe and the file."""
-    pending = b""
-    try:
+    pending = []  # pieces of the unfinished line: joined once it ends (a long line is
+    try:          # read in many chunks; re-joining it at every chunk was quadratic)
         while True:
             try:
                 chunk = os.read(fd, 65536)
@@ -75,12 +75,16 @@ def _read(fd, rank, sink, file):
                 break
             if not chunk:
                 break
-            pending += chunk
-            *lines, pending = pending.split(b"\n")
+            if b"\n" not in chunk:
+                pending.append(chunk)
+                continue
+            *lines, rest = chunk.split(b"\n")
+            lines[0] = b"".join(pending) + lines[0]
+            pending = [rest] if rest else []
             for text in lines:
                 sink.line(rank, text + b"\n", file)
         if pending:
-            sink.line(rank, pending, file, end=True)
+            sink.line(rank, b"".join(pending), file, end=True)
     finally:
         os.close(fd)
         if file is not None:

@@ -45,7 +45,7 @@ struct State {
   bool we_initialized_mpi = false;
   bool dynamic_process_sets = false;
   pid_t owner_pid = 0;            // the process that started the loop (not a forked child)
-  double exit_wait_s = 60;        // WaitLocalWork's limit: the stall check time
+  double exit_wait_s = 10;        // WaitLocalWork's limit without progress
   ProcessSetTable sets;           // the global set (id 0) and the others, while running
   int32_t next_set_id = 1;        // background thread only: same sequence on every rank
   std::atomic<uint64_t> control_calls{0};  // names of add/remove calls, in call order
@@ -55,6 +55,9 @@ struct State {
   bool wake = false;
 };
 
+
+// At exit, the longest wait without any of this rank's collectives completing.
+constexpr double kExitWaitS = 10;
 
 State& S() {
   static State* s = new State();  // never destroyed: engine threads may outlive main()
@@ -527,7 +530,7 @@ Status Initialize(int64_t comm_f2c, const std::vector<int>& ranks,
   st.shutdown_requested = false;
   st.dynamic_process_sets = dynamic_process_sets || cfg.dynamic_process_sets;
   st.owner_pid = getpid();
-  st.exit_wait_s = cfg.stall.enabled ? cfg.stall.check_s : 60;
+  st.exit_wait_s = std::min(kExitWaitS, cfg.stall.enabled ? cfg.stall.check_s : kExitWaitS);
   st.thread = std::thread(BackgroundLoop, StartArgs{comm_f2c, ranks, process_sets, cfg});
   st.cv.wait(lk, [&] { return st.started; });
   if (!st.start_status.ok()) {
@@ -551,13 +554,28 @@ bool ForkedChild() {
 bool WaitLocalWork() {
   State& st = S();
   if (ForkedChild()) return true;
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::duration<double>(st.exit_wait_s);
+  // Waits while the collectives keep completing: a peer blocked in another collective that
+  // this rank will never call (it is exiting) makes no progress, and the exit must not wait
+  // for it long (Horovod shuts down at once).
+  const auto limit = std::chrono::duration<double>(st.exit_wait_s);
+  auto last_progress = std::chrono::steady_clock::now();
+  uint64_t seen = ~uint64_t{0};
   for (;;) {
     bool idle = true;
-    for (auto& set : st.sets.All()) idle = idle && set->queue.Idle();
+    uint64_t finished = 0;
+    for (auto& set : st.sets.All()) {
+      uint64_t n = 0;
+      idle = set->queue.Idle(&n) && idle;
+      finished += n;
+    }
     if (idle || !IsInitialized()) return true;
-    if (std::chrono::steady_clock::now() >= deadline) return false;
+    const auto now = std::chrono::steady_clock::now();
+    if (finished != seen) {
+      seen = finished;
+      last_progress = now;
+    } else if (now - last_progress >= limit) {
+      return false;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 }
@@ -607,6 +625,11 @@ Status MemberSet(int32_t id, const char* op, const char* name, std::shared_ptr<P
   State& st = S();
   // Built only for an error: this runs once per collective call.
   auto what = [op, name] { return name ? std::string(op) + " '" + name + "'" : std::string(op); };
+  if (ForkedChild()) {
+    return Status::PreconditionError(what() + ": mxhorovod was initialized by the parent process (pid " +
+                                     std::to_string(st.owner_pid) + "); a child made by fork() "
+                                     "cannot run collectives");
+  }
   // Checked first: a loop that stopped (a peer's shutdown, a stall shutdown) keeps its sets
   // registered until it has failed their pending entries.
   if (!IsInitialized()) {

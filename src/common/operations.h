@@ -25,9 +25,9 @@ constexpr int64_t kWorldComm = INT64_MIN;
 Status Initialize(int64_t comm_f2c, const std::vector<int>& ranks,
                   const std::vector<std::vector<int>>& process_sets = {},
                   bool dynamic_process_sets = false);
-// Waits until every collective this process has called has completed (on every set),
-// the loop has stopped, or the stall check time (HOROVOD_STALL_CHECK_TIME_SECONDS; 60 s
-// when off) has passed; false in the last case. For a clean exit: a rank that finishes
+// Waits until every collective this process has called has completed (on every set) or
+// the loop has stopped; gives up (false) when none has completed for 10 s (or the stall
+// check time, HOROVOD_STALL_CHECK_TIME_SECONDS, if shorter). For a clean exit: a rank that finishes
 // first must not shut down its peers while its last collectives (called, still in MXNet's
 // engine or in negotiation) have not run. Call without the GIL.
 bool WaitLocalWork();

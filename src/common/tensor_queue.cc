@@ -32,6 +32,7 @@ std::vector<std::function<void()>> TensorQueue::Finish(const std::vector<std::st
   std::vector<uint64_t> fronts;  // the lines' new first tickets: the only ones that may be admitted
   std::vector<std::function<void()>> admitted;
   std::lock_guard<std::mutex> lk(mu_);
+  ++finished_;
   for (const auto& n : names) {
     auto it = lines_.find(n);
     if (it == lines_.end()) continue;
@@ -140,8 +141,9 @@ bool TensorQueue::Empty() {
   return table_.empty() && new_slots_.empty();
 }
 
-bool TensorQueue::Idle() {
+bool TensorQueue::Idle(uint64_t* finished) {
   std::lock_guard<std::mutex> lk(mu_);
+  if (finished) *finished = finished_;
   return lines_.empty();
 }
 

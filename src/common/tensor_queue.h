@@ -52,8 +52,9 @@ class TensorQueue {
                 std::vector<char>* found);
   // No entry waiting or running (new requests included).
   bool Empty();
-  // Every operation registered so far has finished (no line left).
-  bool Idle();
+  // Every operation registered so far has finished (no line left); `finished` (if given)
+  // receives how many operations have finished so far.
+  bool Idle(uint64_t* finished = nullptr);
   // Takes every entry (shutdown): the caller fails them.
   std::vector<TensorTableEntry> TakeAll();
 
@@ -61,6 +62,7 @@ class TensorQueue {
   std::mutex mu_;
   bool FirstInLines(const std::vector<std::string>& names, uint64_t ticket) const;
   uint64_t next_ticket_ = 1;
+  uint64_t finished_ = 0;  // Finish calls so far
   struct Line {  // tickets in call order; those before `head` have finished
     std::vector<uint64_t> tickets;
     size_t head = 0;

@@ -81,7 +81,17 @@ for call, needles in [
          ["'mm.gtype'", "rank 0 has float32 (N, 2)", "has int32 (N, 2)"]),
         (lambda: hvd.grouped_allgather([mx.nd.ones((2, 2)), mx.nd.ones((2,) * (2 + (r > 0)))],
                                        name="mm.ggrp"),
-         ["grouped_allgather 'mm.ggrp.1'", "rank 0 has float32 (N, 2)", "has float32 (N, 2, 2)"])]:
+         ["grouped_allgather 'mm.ggrp.1'", "rank 0 has float32 (N, 2)", "has float32 (N, 2, 2)"]),
+        # A 0-d array on the last rank only: every rank raises (the others hung).
+        (lambda: hvd.allgather(mx.nd.array(1.0) if r == n - 1 else mx.nd.ones((1,)), name="mm.g0d"),
+         ["allgather 'mm.g0d'", "0-d array", "ranks [%d]" % (n - 1)]),
+        # A different number of tensors in a group.
+        (lambda: hvd.grouped_allgather([mx.nd.ones((1, 2)) for _ in range(1 + (r > 0))],
+                                       name="mm.gcount"),
+         ["grouped_allgather 'mm.gcount'", "different numbers of tensors"]),
+        # More than 9 dimensions, differing in the last: the message still tells them apart.
+        (lambda: hvd.allgather(mx.nd.ones((1,) * 9 + ((1,) if r == 0 else (2,))), name="mm.g10"),
+         ["'mm.g10'", "10 dimensions"])]:
     try:
         call()
         raise AssertionError("not refused: %s" % needles)

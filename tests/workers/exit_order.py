@@ -6,9 +6,11 @@ last_step: a DistributedTrainer loop whose last step() returns before its collec
     collectives run (before: rank 0's last step failed with "a peer rank shut down", and the
     job ended by MPI_Abort). Rank 0 checks the weights after the last step: w = 1 - 5 *
     0.1 * mean_r(r + 1) for the Dense(1) below.
-fork: os.fork() after init(); the child exits normally (its exit must not join the
-    parent's background thread, which it does not have: that hung) and the parent goes on
-    with collectives.
+fork: os.fork() after init(); a collective in the child raises (it hung), the child exits
+    normally (its exit must not join the parent's background thread, which it does not
+    have: that hung) and the parent goes on with collectives.
+peer_blocked: rank 0 exits with a collective pending that no peer calls, while the peers
+    are blocked in another: the exit stops waiting once nothing completes.
 Prints RANK <r> OK."""
 import os
 import sys
@@ -46,12 +48,34 @@ elif mode == "fork":
     pid = os.fork()
     if pid == 0:
         assert hvd.rank() == r
+        try:  # a collective in the child: refused (it hung)
+            hvd.allreduce(mx.nd.ones((2,)), name="in_child")
+            os._exit(3)
+        except ValueError as e:
+            if "fork" not in str(e):
+                os._exit(4)
         sys.exit(0)  # a normal exit: the atexit handlers run in the child
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
     for i in range(3):
         got = hvd.allreduce(mx.nd.ones((2,)) * r, op=hvd.Sum, name="post%d" % i).asnumpy()
         assert got[0] == n * (n - 1) / 2, got
+elif mode == "peer_blocked":
+    # Rank 0 calls a collective no peer ever calls, then exits normally; the peers are
+    # blocked in another one. The exit gives up waiting once nothing completes (here after
+    # HOROVOD_STALL_CHECK_TIME_SECONDS=2) and the peers get the shutdown error.
+    from mxnet.base import MXNetError
+    t0 = time.time()
+    if r == 0:
+        hvd.allreduce(mx.nd.ones((2,)), name="only_rank0")
+        print("RANK %d OK" % r, flush=True)
+        sys.exit(0)
+    try:
+        hvd.allreduce(mx.nd.ones((2,)), name="only_others").asnumpy()
+        raise AssertionError("no error after rank 0 left")
+    except MXNetError as e:
+        assert "shut down" in str(e), str(e)
+    assert time.time() - t0 < 30, time.time() - t0
 else:
     raise SystemExit("unknown mode %r" % mode)
 print("RANK %d OK" % r, flush=True)
