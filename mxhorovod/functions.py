@@ -140,8 +140,9 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     name = _auto_name("broadcast_object", name, process_set)
     me = rank()
     payload, error = _to_bytes_array(obj) if me == root_rank else (None, None)
-    size_ = payload.size if payload is not None else -1 if error is not None else 0
-    length = mx.nd.array([size_], dtype=np.int64)
+    # The root sends the payload's size, or -1 when it could not pickle; the others 0.
+    length = mx.nd.array([-1 if error else payload.size if payload is not None else 0],
+                         dtype=np.int64)
     broadcast_(length, root_rank, name=name + ".size", process_set=process_set)
     n = int(length.asscalar())
     if n < 0:
@@ -175,12 +176,11 @@ def allgather_object(obj, name=None, process_set=global_process_set):
     payload, error = _to_bytes_array(obj)
     length = mx.nd.array([payload.size if payload is not None else -1], dtype=np.int64)
     lengths = allgather(length, name=name + ".size", process_set=process_set).asnumpy().tolist()
-    members = process_set.ranks if process_set is not global_process_set else range(len(lengths))
-    failed = [members[k] for k, n in enumerate(lengths) if n < 0]
+    failed = [k for k, n in enumerate(lengths) if n < 0]  # positions in the set
     if failed:
-        raise ValueError("allgather_object '%s': ranks %s could not pickle their "
-                         "objects%s" % (name, failed, ": %r" % (error,) if error else "")) \
-            from error
+        raise ValueError("allgather_object '%s': ranks %s could not pickle their objects%s"
+                         % (name, [process_set.ranks[k] for k in failed],
+                            ": %r" % (error,) if error else "")) from error
     gathered = allgather(payload, name=name + ".data", process_set=process_set).asnumpy()
     out, start = [], 0
     for n in lengths:

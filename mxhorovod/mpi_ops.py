@@ -398,10 +398,9 @@ def _rows_of_peers(tensors, name, pid, size, what, process_set):
         raise InvalidArgumentError(
             "%s '%s': the ranks passed different numbers of tensors (this rank %d); nothing "
             "was submitted" % (what, base, len(tensors))) from e
-    members = process_set.ranks if process_set is not global_process_set else range(size)
     for i in range(len(tensors)):
         tensor = base + ("" if what == "allgather" else ".%d" % i)
-        scalar = [members[k] for k in range(size) if table[k, i, 2] == 0]
+        scalar = [process_set.ranks[k] for k in range(size) if table[k, i, 2] == 0]
         if scalar:
             raise InvalidArgumentError(
                 "%s '%s': a 0-d array has no dimension 0 to concatenate (ranks %s); nothing "
@@ -411,8 +410,8 @@ def _rows_of_peers(tensors, name, pid, size, what, process_set):
                 raise InvalidArgumentError(
                     "Mismatched shapes or data types for %s '%s' (all but the first dimension "
                     "must agree): rank %d has %s, rank %d has %s; nothing was submitted"
-                    % (what, tensor, members[0], _describe_layout(table[0, i]), members[k],
-                       _describe_layout(table[k, i])))
+                    % (what, tensor, process_set.ranks[0], _describe_layout(table[0, i]),
+                       process_set.ranks[k], _describe_layout(table[k, i])))
     return table[:, :, 0]
 
 

@@ -12,6 +12,7 @@ import mxnet as mx
 from mxhorovod import Average, allreduce_, grouped_allreduce_, size
 from mxhorovod.process_sets import _check_member
 from mxhorovod.process_sets import _id as _ps_id
+from mxhorovod.process_sets import _outside
 from mxhorovod.process_sets import _size as _ps_size
 from mxhorovod.process_sets import global_process_set
 from mxhorovod.mpi_ops import gradient_reduction
@@ -150,7 +151,7 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
 
     def _do_allreduce(self, index, grad):
         ps = self._process_set
-        if ps.included() is False:
+        if _outside(ps):
             return  # a rank outside the set updates with its own gradients (as Horovod)
         n = size() if ps is global_process_set else _ps_size(ps, "DistributedOptimizer")
         if n == 1:

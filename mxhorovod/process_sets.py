@@ -129,6 +129,12 @@ def _id(process_set, what):
     return process_set.process_set_id
 
 
+def _outside(process_set):
+    """True when this rank is not a member of ``process_set`` (never for the global set,
+    without asking the core: this runs for every update of a trainer or optimizer)."""
+    return process_set is not global_process_set and process_set.included() is False
+
+
 def _check_member(process_set, what):
     """Raises ValueError unless ``process_set`` is registered and this rank is in it."""
     pid = _id(process_set, what)

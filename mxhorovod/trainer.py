@@ -18,6 +18,7 @@ from mxhorovod.naming import next_number
 from mxhorovod.optimizer import DistributedOptimizer, split_list
 from mxhorovod.process_sets import _check_member
 from mxhorovod.process_sets import _id as _ps_id
+from mxhorovod.process_sets import _outside
 from mxhorovod.process_sets import _size as _ps_size
 from mxhorovod.process_sets import global_process_set
 
@@ -178,9 +179,10 @@ class DistributedTrainer(mx.gluon.Trainer):
                 averaged a stale gradient in, and the ranks would update differently (use
                 ``step(..., ignore_stale_grad=True)``, which handles that case).
         """
-        if ignore_stale_grad and self._process_set.included() is not False and \
+        if ignore_stale_grad and not _outside(self._process_set) and \
                 _ps_size(self._process_set, "DistributedTrainer") > 1:
-            mixed = [self._params[i].name for i, n in self._fresh_counts() if 0 < n < self._n]
+            counts, ranks = self._fresh_counts()
+            mixed = [self._params[i].name for i, n in counts if 0 < n < ranks]
             if mixed:
                 raise ValueError(
                     "DistributedTrainer.update(ignore_stale_grad=True): the gradients of %s "
@@ -190,22 +192,23 @@ class DistributedTrainer(mx.gluon.Trainer):
         super(DistributedTrainer, self).update(batch_size, ignore_stale_grad)
 
     def _fresh_counts(self):
-        """[(parameter index, number of ranks of the set where its gradient is fresh)] for
-        every parameter with a gradient; blocks (one int32 allreduce)."""
+        """([(parameter index, number of ranks of the set where its gradient is fresh)] for
+        every parameter with a gradient, the set's size); blocks (one int32 allreduce)."""
         if self._prefix is None:
             self._auto_prefix()
         idx = [i for i, p in enumerate(self._params) if p.grad_req != "null"]
-        self._n = _ps_size(self._process_set, "DistributedTrainer")
         mine = [int(self._params[i].list_data()[0]._fresh_grad) for i in idx]
         counts = allreduce(mx.nd.array(mine, dtype="int32"), op=Sum, name=self._prefix + "fresh",
                            process_set=self._process_set).asnumpy()
-        return list(zip(idx, counts.tolist()))
+        return (list(zip(idx, counts.tolist())),
+                _ps_size(self._process_set, "DistributedTrainer"))
 
     def _zero_stale_where_fresh_elsewhere(self):
-        for i, count in self._fresh_counts():
+        counts, ranks = self._fresh_counts()
+        for i, count in counts:
             p = self._params[i]
             data = p.list_data()[0]
-            if 0 < count < self._n and not data._fresh_grad:
+            if 0 < count < ranks and not data._fresh_grad:
                 grad = p.list_grad()[0]
                 if grad.stype == "default":
                     grad[:] = 0
@@ -215,7 +218,7 @@ class DistributedTrainer(mx.gluon.Trainer):
                 data._fresh_grad = True  # updated here as on the ranks that used it
 
     def _allreduce_grads(self):
-        if self._process_set.included() is False:
+        if _outside(self._process_set):
             return  # a rank outside the set trains on its own gradients (as Horovod)
         if self._prefix is None:
             self._auto_prefix()

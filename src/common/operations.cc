@@ -45,7 +45,8 @@ struct State {
   bool we_initialized_mpi = false;
   bool dynamic_process_sets = false;
   pid_t owner_pid = 0;            // the process that started the loop (not a forked child)
-  double exit_wait_s = 10;        // WaitLocalWork's limit without progress
+  std::atomic<bool> forked_child{false};  // set in a child of fork() (pthread_atfork)
+  double exit_wait_s = 0;         // WaitLocalWork's limit without progress (Initialize)
   ProcessSetTable sets;           // the global set (id 0) and the others, while running
   int32_t next_set_id = 1;        // background thread only: same sequence on every rank
   std::atomic<uint64_t> control_calls{0};  // names of add/remove calls, in call order
@@ -530,6 +531,8 @@ Status Initialize(int64_t comm_f2c, const std::vector<int>& ranks,
   st.shutdown_requested = false;
   st.dynamic_process_sets = dynamic_process_sets || cfg.dynamic_process_sets;
   st.owner_pid = getpid();
+  static std::once_flag atfork;  // one handler for the life of the process
+  std::call_once(atfork, [] { pthread_atfork(nullptr, nullptr, [] { S().forked_child = true; }); });
   st.exit_wait_s = std::min(kExitWaitS, cfg.stall.enabled ? cfg.stall.check_s : kExitWaitS);
   st.thread = std::thread(BackgroundLoop, StartArgs{comm_f2c, ranks, process_sets, cfg});
   st.cv.wait(lk, [&] { return st.started; });
@@ -545,10 +548,7 @@ namespace {
 // A child made by fork() after init() has a copy of the state but neither the background
 // thread nor the MPI connection: those belong to the parent (joining the thread's copy
 // hung the child's exit forever).
-bool ForkedChild() {
-  const pid_t owner = S().owner_pid;
-  return owner != 0 && owner != getpid();
-}
+bool ForkedChild() { return S().forked_child.load(std::memory_order_relaxed); }
 }  // namespace
 
 bool WaitLocalWork() {
