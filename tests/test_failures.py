@@ -38,6 +38,13 @@ def test_unhandled_exception_aborts_the_job_naming_the_rank():
     assert "RuntimeError: boom on rank 1" in out  # the traceback follows
 
 
+def test_unhandled_exception_output_is_not_cut_by_the_abort():
+    # The traceback is still in the pipe to the launcher when MPI_Abort kills the launcher's
+    # proxy; the abort waits until the proxy has read it (CI once got half a traceback).
+    out, _ = _died("long_exception")
+    assert "RuntimeError: boom on rank 1: xxx" in out and "x END OF MESSAGE" in out, out[-2000:]
+
+
 def test_sigterm_names_the_rank():
     out, pid = _died("sigterm")
     assert "[1]<error> mxhorovod: rank 1 (pid %d on " % pid in out and "got SIGTERM" in out, out

@@ -2,6 +2,9 @@
 
 #include <mpi.h>
 #include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -67,10 +70,30 @@ void PrepareLines(int rank) {
   }
 }
 
+// Waits (up to limit_ms) until the launcher has read what this process wrote to stdout and
+// stderr. Hydra's proxy reads them from pipes and is killed by MPI_Abort: what is still in a
+// pipe then is lost (a traceback printed just before the abort came out cut in half).
+void DrainOutput(int limit_ms) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const int step_ms = 5;
+  for (int fd : {1, 2}) {
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISFIFO(st.st_mode)) continue;
+    int unread = 0;
+    while (limit_ms > 0 && ioctl(fd, FIONREAD, &unread) == 0 && unread > 0) {
+      struct timespec pause = {0, step_ms * 1000000L};
+      nanosleep(&pause, nullptr);
+      limit_ms -= step_ms;
+    }
+  }
+}
+
 }  // namespace
 
 void AbortJob(int code) {
   Timeline::Get().Stop();
+  DrainOutput(2000);
   int inited = 0, finalized = 0;
   MPI_Initialized(&inited);
   MPI_Finalized(&finalized);

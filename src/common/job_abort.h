@@ -16,8 +16,9 @@
 
 namespace mxhorovod {
 
-// Closes the timeline file, then MPI_Abort(MPI_COMM_WORLD, code): every rank of the job
-// ends and the launcher exits non-zero. Returns only if MPI is not running.
+// Closes the timeline file, waits (up to 2 s) until the launcher has read this process's
+// stdout and stderr pipes (it is killed by the abort, and what it has not read is lost), then
+// MPI_Abort(MPI_COMM_WORLD, code): every rank of the job ends and the launcher exits non-zero. Returns only if MPI is not running.
 void AbortJob(int code);
 // Installs the fatal-signal reports for this rank (once per process; later calls only
 // update the rank). Writes nothing when HOROVOD_LOG_LEVEL is above error.
