@@ -18,7 +18,9 @@ order the calls' inputs become ready in on each rank.
 
 Errors found at the call (bad dtype, storage, shape, op, not initialized)
 raise ``ValueError`` (``TypeError`` for a non-NDArray, or a ``root_rank`` or ``priority``
-that is not an integer) at once. Errors found in
+that is not an integer) at once; the call is then submitted as failed under its name, so
+that on ranks where it was not refused it fails naming this rank ("allreduce 'x' failed on
+rank 1: refused at the call: ...") instead of waiting. Errors found in
 negotiation (ranks disagree on shape, dtype, op, root or scale factors; a peer shut down)
 raise ``mxnet.base.MXNetError`` at the next wait on the output (``asnumpy()``,
 ``wait_to_read()``, ``mx.nd.waitall()``), on every rank involved, naming the tensor and
@@ -135,6 +137,18 @@ def _handle(arr):
     return arr.handle.value
 
 
+def _refuse(kind, names, pid, error, n=1):
+    """This rank refused its call with ``error`` (its own checks, after the call's name was
+    taken): the same call fails on the other ranks of the set, naming this rank and the
+    reason, instead of waiting for it; and an unnamed call keeps its number, so this rank's
+    next unnamed call cannot meet the peers' refused one. ``names``: a list, or a group's
+    base name for ``n`` tensors. See SubmitRefused (src/mxnet/engine_op.h)."""
+    try:
+        _core.refuse(kind, names, n, pid, "%s: %s" % (type(error).__name__, error))
+    except Exception:  # stopped meanwhile: the caller's error is what matters
+        pass
+
+
 def _resolve_op(op, average, what):
     """Horovod's rule: `op` supersedes the deprecated `average`; the default is Average."""
     if op is not None and average is not None:
@@ -239,27 +253,34 @@ def allreduce(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
     Returns:
         A new NDArray with tensor's shape, dtype and context, ready when read.
     """
-    _check_ndarray(tensor, "allreduce")
-    return _allreduce(tensor, _empty_like(tensor), average, name, priority, prescale_factor,
-                      postscale_factor, op, process_set, "allreduce")
+    return _allreduce(tensor, None, average, name, priority, prescale_factor, postscale_factor,
+                      op, process_set, "allreduce")
 
 
 def _allreduce(tensor, output, average, name, priority, prescale_factor, postscale_factor, op,
                process_set, what):
-    op = _resolve_op(op, average, what)
+    """``output``: None for a new array, else ``tensor`` (in place)."""
     pid = _ps_id(process_set, what)
     name = _name("allreduce", name, pid)
-    _core.allreduce(_handle(tensor), _handle(output), name, op,
-                    _factor(prescale_factor, "prescale_factor", name),
-                    _factor(postscale_factor, "postscale_factor", name), _priority(priority, name),
-                    pid, _settle())
+    try:  # this rank's checks: a refusal fails the peers' call too (_refuse)
+        _check_ndarray(tensor, what)
+        op = _resolve_op(op, average, what)
+        pre = _factor(prescale_factor, "prescale_factor", name)
+        post = _factor(postscale_factor, "postscale_factor", name)
+        priority = _priority(priority, name)
+        if output is None:
+            output = _empty_like(tensor)
+    except Exception as e:
+        _refuse("allreduce", [name], pid, e)
+        raise
+    _core.allreduce(_handle(tensor), _handle(output), name, op, pre, post, priority, pid,
+                    _settle())
     return output
 
 
 def allreduce_(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
                postscale_factor=1.0, process_set=global_process_set, op=None):
     """In-place :func:`allreduce`: ``tensor`` receives the result; returns ``tensor``."""
-    _check_ndarray(tensor, "allreduce_")
     return _allreduce(tensor, tensor, average, name, priority, prescale_factor, postscale_factor,
                       op, process_set, "allreduce_")
 
@@ -278,20 +299,35 @@ def _check_list(tensors, what):
     return len(tensors)
 
 
+def _group_size(tensors):
+    """A group's length for a refusal's names (0: not a list; nothing can be named)."""
+    return len(tensors) if isinstance(tensors, (list, tuple)) else 0
+
+
 def _grouped(tensors, outputs, average, name, priority, prescale_factor, postscale_factor, op,
              what, process_set):
-    if not _check_list(tensors, what):
-        return
-    op = _resolve_op(op, average, what)
+    """``outputs``: None for new arrays (returned), else ``tensors`` (in place)."""
+    if isinstance(tensors, (list, tuple)) and not tensors:
+        return []
     pid = _ps_id(process_set, what)
     base = _name("grouped_allreduce", name, pid)
+    try:  # this rank's checks: a refusal fails the peers' call too (_refuse)
+        _check_list(tensors, what)
+        op = _resolve_op(op, average, what)
+        pre = _factor(prescale_factor, "prescale_factor", base)
+        post = _factor(postscale_factor, "postscale_factor", base)
+        priority = _priority(priority, base)
+        if outputs is None:
+            outputs = [_empty_like(t) for t in tensors]
+    except Exception as e:
+        _refuse("allreduce", base, pid, e, _group_size(tensors))
+        raise
     ins = [t.handle.value for t in tensors]
     outs = ins if outputs is tensors else [o.handle.value for o in outputs]
     _core.grouped_allreduce(ins, outs,
                             base,  # the core names tensor i '<base>.<i>'
-                            op, _factor(prescale_factor, "prescale_factor", base),
-                            _factor(postscale_factor, "postscale_factor", base),
-                            _priority(priority, base), pid, _settle())
+                            op, pre, post, priority, pid, _settle())
+    return outputs
 
 
 def grouped_allreduce(tensors, average=None, name=None, priority=0, prescale_factor=1.0,
@@ -302,10 +338,8 @@ def grouped_allreduce(tensors, average=None, name=None, priority=0, prescale_fac
     Raises:
         ValueError: not a list, or the same array twice. An empty list returns [] at once.
     """
-    outputs = [_empty_like(t) for t in tensors] if isinstance(tensors, (list, tuple)) else []
-    _grouped(tensors, outputs, average, name, priority, prescale_factor, postscale_factor, op,
-             "grouped_allreduce", process_set)
-    return outputs
+    return _grouped(tensors, None, average, name, priority, prescale_factor, postscale_factor,
+                    op, "grouped_allreduce", process_set)
 
 
 def grouped_allreduce_(tensors, average=None, name=None, priority=0, prescale_factor=1.0,
@@ -330,23 +364,30 @@ def broadcast(tensor, root_rank, name=None, priority=0, process_set=global_proce
         ValueError: root_rank is not a member of ``process_set``.
         TypeError: root_rank or priority not an integer (a float is not truncated).
     """
-    _check_ndarray(tensor, "broadcast")
-    pid = _ps_id(process_set, "broadcast")
-    output = _empty_like(tensor)
+    return _broadcast(tensor, None, root_rank, name, priority, process_set, "broadcast")
+
+
+def _broadcast(tensor, output, root_rank, name, priority, process_set, what):
+    """``output``: None for a new array, else ``tensor`` (in place)."""
+    pid = _ps_id(process_set, what)
     name = _name("broadcast", name, pid)
-    _core.broadcast(_handle(tensor), _handle(output), name, _integer(root_rank, "root_rank", name),
-                    _priority(priority, name), pid, _broadcast_wait())
+    try:  # this rank's checks: a refusal fails the peers' call too (_refuse)
+        _check_ndarray(tensor, what)
+        root_rank = _integer(root_rank, "root_rank", name)
+        priority = _priority(priority, name)
+        if output is None:
+            output = _empty_like(tensor)
+    except Exception as e:
+        _refuse("broadcast", [name], pid, e)
+        raise
+    _core.broadcast(_handle(tensor), _handle(output), name, root_rank, priority, pid,
+                    _broadcast_wait())
     return output
 
 
 def broadcast_(tensor, root_rank, name=None, priority=0, process_set=global_process_set):
     """In-place :func:`broadcast`: ``tensor`` receives root_rank's values; returns it."""
-    _check_ndarray(tensor, "broadcast_")
-    pid = _ps_id(process_set, "broadcast_")
-    name = _name("broadcast", name, pid)
-    _core.broadcast(_handle(tensor), _handle(tensor), name, _integer(root_rank, "root_rank", name),
-                    _priority(priority, name), pid, _broadcast_wait())
-    return tensor
+    return _broadcast(tensor, tensor, root_rank, name, priority, process_set, "broadcast_")
 
 
 _LAYOUT_DIMS = 8  # trailing dimensions sent exactly; more are folded into the last slot
@@ -442,17 +483,23 @@ def grouped_allgather(tensors, name=None, priority=0, process_set=global_process
             rank, as for :func:`allgather`, and when the ranks passed different numbers of
             tensors. An empty list returns [] at once.
     """
-    if not _check_list(tensors, _what):
+    if isinstance(tensors, (list, tuple)) and not tensors:
         return []
     pid = _ps_id(process_set, _what)
     size = _ps_size(process_set, _what)
     base = _name(_what, name, pid)
     names = [base] if _what == "allgather" else base  # the core numbers '<base>.<i>'
+    try:  # this rank's checks: a refusal fails the peers' layout exchange (_refuse)
+        _check_list(tensors, _what)
+        priority = _priority(priority, base)
+    except Exception as e:
+        _refuse("allgather", [base + ".rows"], pid, e)
+        raise
     rows = _rows_of_peers(tensors, base + ".rows", pid, size, _what, process_set)
     outputs = [_empty_like(t, (int(rows[:, i].sum()),) + tuple(t.shape[1:]))
                for i, t in enumerate(tensors)]
     _core.grouped_allgather([_handle(t) for t in tensors], [_handle(o) for o in outputs], names,
-                            _priority(priority, base), pid)
+                            priority, pid)
     return outputs
 
 
@@ -472,12 +519,34 @@ def alltoall(tensor, splits=None, name=None, priority=0, process_set=global_proc
         ValueError: splits not 1-D integers, wrong number of entries, negative, sum larger
             than dim 0, or dim 0 not divisible by size() without splits.
     """
-    _check_ndarray(tensor, "alltoall")
-    if tensor.ndim == 0:
-        raise InvalidArgumentError("alltoall: a 0-d array has no dimension 0 to split")
     pid = _ps_id(process_set, "alltoall")
     world = _ps_size(process_set, "alltoall")
     name = _name("alltoall", name, pid)
+    try:  # this rank's checks: a refusal fails the peers' splits exchange (_refuse)
+        send = _alltoall_splits(tensor, splits, name, world)
+        priority = _priority(priority, name)
+    except Exception as e:
+        _refuse("alltoall", [name + ".splits"], pid, e)
+        raise
+    # Each rank sends one number to each peer: how many rows it will send.
+    mine = mx.nd.array(send, dtype="int64")
+    recv_nd = mx.nd.empty((world,), dtype="int64")
+    _core.alltoall(_handle(mine), _handle(recv_nd), name + ".splits", [1] * world, [1] * world, 0,
+                   pid)
+    recv = recv_nd.asnumpy()
+    output = _empty_like(tensor, (int(recv.sum()),) + tuple(tensor.shape[1:]))
+    _core.alltoall(_handle(tensor), _handle(output), name, [int(v) for v in send],
+                   [int(v) for v in recv], priority, pid)
+    if splits is not None:
+        return output, mx.nd.array(recv, dtype="int32")
+    return output
+
+
+def _alltoall_splits(tensor, splits, name, world):
+    """The rows this rank sends to each rank (int64, ``world`` entries), checked."""
+    _check_ndarray(tensor, "alltoall")
+    if tensor.ndim == 0:
+        raise InvalidArgumentError("alltoall '%s': a 0-d array has no dimension 0 to split" % name)
     given = splits is not None
     if not given:
         if tensor.shape[0] % world:
@@ -499,18 +568,7 @@ def alltoall(tensor, splits=None, name=None, priority=0, process_set=global_proc
             raise InvalidArgumentError("alltoall '%s': splits add up to %d, more than dimension 0 (%d)"
                              % (name, arr.sum(), tensor.shape[0]))
         send = arr.astype(np.int64)
-    # Each rank sends one number to each peer: how many rows it will send.
-    mine = mx.nd.array(send, dtype="int64")
-    recv_nd = mx.nd.empty((world,), dtype="int64")
-    _core.alltoall(_handle(mine), _handle(recv_nd), name + ".splits", [1] * world, [1] * world, 0,
-                   pid)
-    recv = recv_nd.asnumpy()
-    output = _empty_like(tensor, (int(recv.sum()),) + tuple(tensor.shape[1:]))
-    _core.alltoall(_handle(tensor), _handle(output), name, [int(v) for v in send],
-                   [int(v) for v in recv], _priority(priority, name), pid)
-    if given:
-        return output, mx.nd.array(recv, dtype="int32")
-    return output
+    return send
 
 
 def _scatter_rows(rows, size, rank):
@@ -525,26 +583,33 @@ def grouped_reducescatter(tensors, op=Average, name=None, priority=0,
     """:func:`reducescatter` of a list of NDArrays as one engine operation, reduced in one
     fused MPI call. Tensor i is named '<name>.<i>'. Returns a list of new NDArrays."""
     single = _what == "reducescatter"
-    if not _check_list(tensors, _what):
+    if isinstance(tensors, (list, tuple)) and not tensors:
         return []  # an empty group, as for grouped_allreduce
-    op = _resolve_op(op, None, _what)
-    if op not in (Average, Sum):
-        raise InvalidArgumentError("%s: only hvd.Sum and hvd.Average are supported, not %s"
-                         % (_what, _OP_NAMES[op]))
-    for t in tensors:
-        if t.ndim == 0:
-            raise InvalidArgumentError("%s: a 0-d array (scalar) has no dimension 0 to scatter" % _what)
     pid = _ps_id(process_set, _what)
     size = _ps_size(process_set, _what)
-    my_rank = [e for e in _core.process_sets() if e[0] == pid][0][3]
     base = _name("reducescatter", name, pid)
     names = [base] if single else base  # the core numbers '<base>.<i>'
+    try:  # this rank's checks: a refusal fails the peers' call too (_refuse)
+        _check_list(tensors, _what)
+        op = _resolve_op(op, None, _what)
+        if op not in (Average, Sum):
+            raise InvalidArgumentError("%s: only hvd.Sum and hvd.Average are supported, not %s"
+                                       % (_what, _OP_NAMES[op]))
+        for t in tensors:
+            if t.ndim == 0:
+                raise InvalidArgumentError("%s: a 0-d array (scalar) has no dimension 0 to scatter"
+                                           % _what)
+        pre = _factor(prescale_factor, "prescale_factor", base)
+        post = _factor(postscale_factor, "postscale_factor", base)
+        priority = _priority(priority, base)
+    except Exception as e:
+        _refuse("reducescatter", names, pid, e, _group_size(tensors))
+        raise
+    my_rank = [e for e in _core.process_sets() if e[0] == pid][0][3]
     outputs = [_empty_like(t, (_scatter_rows(t.shape[0], size, my_rank),) + tuple(t.shape[1:]))
                for t in tensors]
     _core.grouped_reducescatter([_handle(t) for t in tensors], [_handle(o) for o in outputs],
-                                names, op, _factor(prescale_factor, "prescale_factor", base),
-                                _factor(postscale_factor, "postscale_factor", base),
-                                _priority(priority, base), pid, _settle())
+                                names, op, pre, post, priority, pid, _settle())
     return outputs
 
 
@@ -565,7 +630,6 @@ def reducescatter(tensor, op=Average, name=None, priority=0, process_set=global_
     Raises:
         ValueError: a 0-d array, or an op other than Sum and Average.
     """
-    _check_ndarray(tensor, "reducescatter")
     return grouped_reducescatter([tensor], op=op, name=name, priority=priority,
                                  process_set=process_set, prescale_factor=prescale_factor,
                                  postscale_factor=postscale_factor, _what="reducescatter")[0]

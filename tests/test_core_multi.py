@@ -83,6 +83,12 @@ def test_collective_skipped_after_a_failed_input_fails_everywhere(np_):
     run_ranks(np_, "skipped_input.py", timeout=180)
 
 
+@pytest.mark.parametrize("np_,engine", [(2, None), (3, None), (2, "NaiveEngine")])
+def test_call_refused_on_one_rank_fails_the_peers_call(np_, engine):
+    env = {"MXNET_ENGINE_TYPE": engine} if engine else None
+    run_ranks(np_, "refused_on_one_rank.py", timeout=180, env=env)
+
+
 @pytest.mark.parametrize("np_", [2, 3])
 def test_mkldnn_layout_weights(np_):
     run_ranks(np_, "core_mkldnn.py", timeout=180)

@@ -127,17 +127,25 @@ int Grouped(OpType type, void** inputs, void** outputs, int num, const Names& na
   }
   auto op = std::make_unique<EngineOp>();
   Status s = MemberSet(process_set_id, OpTypeName(type), names.c_str(0), &op->set);
-  if (!s.ok()) return Fail(s);
+  if (!s.ok()) return Fail(s);  // not a member: the set's calls do not count this rank
+  // From here a refusal fails the call on the other ranks too (see SubmitRefused).
+  auto refuse = [&](const Status& why) {
+    std::vector<std::string> all;
+    all.reserve(num);
+    for (int i = 0; i < num; ++i) all.push_back(names.str(i));
+    SubmitRefused(op->set, type, all, why.reason());
+    return Fail(why);
+  };
   op->tensors.reserve(num);
   const bool reduces = type == OpType::kAllreduce || type == OpType::kReducescatter;
   for (int i = 0; i < num; ++i) {
     if (reduces) {
       s = CheckReduceOp(type, reduce_op, names.c_str(i));
-      if (!s.ok()) return Fail(s);
+      if (!s.ok()) return refuse(s);
     }
     OpTensor t;
     s = MakeTensor(type, *op->set, inputs[i], outputs[i], names.str(i), &t);
-    if (!s.ok()) return Fail(s);
+    if (!s.ok()) return refuse(s);
     if (reduces) {
       t.request.reduce_op = static_cast<ReduceOp>(reduce_op);
       t.request.prescale = prescale;
@@ -161,7 +169,7 @@ int Grouped(OpType type, void** inputs, void** outputs, int num, const Names& na
         int i = chunks[k].second, j = chunks[k - 1].second;
         if (i == j) continue;  // input and output of one tensor: refused in MakeTensor
         if (i < j) std::swap(i, j);
-        return Fail(Status::InvalidArgument(kind() + ": '" + names.str(i) + "' and '" +
+        return refuse(Status::InvalidArgument(kind() + ": '" + names.str(i) + "' and '" +
                                             names.str(j) + "' are the same array or views of one buffer"));
       }
     }
@@ -173,7 +181,7 @@ int Grouped(OpType type, void** inputs, void** outputs, int num, const Names& na
     std::sort(sorted.begin(), sorted.end(), [](const std::string* a, const std::string* b) { return *a < *b; });
     for (int k = 1; k < num; ++k) {
       if (*sorted[k] == *sorted[k - 1]) {
-        return Fail(Status::InvalidArgument(kind() + ": the name '" + *sorted[k] + "' appears twice"));
+        return refuse(Status::InvalidArgument(kind() + ": the name '" + *sorted[k] + "' appears twice"));
       }
     }
   }
@@ -207,15 +215,19 @@ int Broadcast(void* input, void* output, const std::string& name, int root_rank,
   // passes 3); the core works with its position within the set.
   const auto& ranks = op->set->ranks;
   const auto found = std::find(ranks.begin(), ranks.end(), root_rank);
+  auto refuse = [&](const Status& why) {  // the other ranks' call fails too (SubmitRefused)
+    SubmitRefused(op->set, OpType::kBroadcast, {name}, why.reason());
+    return Fail(why);
+  };
   if (found == ranks.end()) {
-    return Fail(Status::InvalidArgument(What(OpType::kBroadcast, name.c_str()) + ": root_rank " +
-                                        std::to_string(root_rank) + " is not a rank of " +
-                                        op->set->Describe()));
+    return refuse(Status::InvalidArgument(What(OpType::kBroadcast, name.c_str()) + ": root_rank " +
+                                          std::to_string(root_rank) + " is not a rank of " +
+                                          op->set->Describe()));
   }
   const int root = (int)(found - ranks.begin());
   OpTensor t;
   s = MakeTensor(OpType::kBroadcast, *op->set, input, output, name, &t);
-  if (!s.ok()) return Fail(s);
+  if (!s.ok()) return refuse(s);
   t.request.root_rank = root;
   t.fill_on_error = !(t.in_place && root == op->set->rank);
   op->tensors.push_back(std::move(t));
@@ -297,29 +309,33 @@ int MXWaitforHorovodAlltoall(MXHNDArrayHandle input, MXHNDArrayHandle output, co
   auto op = std::make_unique<EngineOp>();
   Status s = MemberSet(process_set_id, OpTypeName(OpType::kAlltoall), name, &op->set);
   if (!s.ok()) return Fail(s);
+  auto refuse = [&](const Status& why) {  // the other ranks' call fails too (SubmitRefused)
+    SubmitRefused(op->set, OpType::kAlltoall, {name ? name : ""}, why.reason());
+    return Fail(why);
+  };
   const int size = op->set->size;
   if (num_splits != size) {
-    return Fail(Status::InvalidArgument(What(OpType::kAlltoall, name) + ": " + std::to_string(num_splits) +
+    return refuse(Status::InvalidArgument(What(OpType::kAlltoall, name) + ": " + std::to_string(num_splits) +
                                         " splits given for " + std::to_string(size) + " ranks"));
   }
   if (!splits || !recv_splits) {
-    return Fail(Status::InvalidArgument(What(OpType::kAlltoall, name) + ": the " +
+    return refuse(Status::InvalidArgument(What(OpType::kAlltoall, name) + ": the " +
                                         (!splits ? "splits" : "recv_splits") + " array is null"));
   }
   OpTensor t;
   s = MakeTensor(OpType::kAlltoall, *op->set, input, output, name ? name : "", &t);
-  if (!s.ok()) return Fail(s);
+  if (!s.ok()) return refuse(s);
   op->tensors.push_back(std::move(t));
   OpTensor& ot = op->tensors.back();
   int64_t rows = 0;
   for (int i = 0; i < num_splits; ++i) {
     if (splits[i] < 0 || recv_splits[i] < 0) {
-      return Fail(Status::InvalidArgument(What(OpType::kAlltoall, name) + ": negative split"));
+      return refuse(Status::InvalidArgument(What(OpType::kAlltoall, name) + ": negative split"));
     }
     rows += splits[i];
   }
   if (ot.request.shape.empty() || rows > ot.request.shape[0]) {
-    return Fail(Status::InvalidArgument(What(OpType::kAlltoall, name) + ": splits add up to " +
+    return refuse(Status::InvalidArgument(What(OpType::kAlltoall, name) + ": splits add up to " +
                                         std::to_string(rows) + " rows but the tensor has " +
                                         std::to_string(ot.request.shape.empty() ? 0 : ot.request.shape[0])));
   }

@@ -10,6 +10,7 @@
 #include <functional>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "common/operations.h"
 #include "mxnet/ndarray.h"
@@ -190,6 +191,22 @@ void SubmitFailed(EngineOp* op, const std::string& why) {
   }
   auto submit = [entries] { Enqueue(std::move(*entries)); };
   if (op->set->queue.Admit(op->names, op->ticket, submit)) submit();
+}
+
+void SubmitRefused(std::shared_ptr<ProcessSet> set, OpType type,
+                   const std::vector<std::string>& names, const std::string& why) {
+  if (!set) return;
+  EngineOp op;  // no arrays: the core reads no data of a failed request
+  op.set = std::move(set);
+  std::unordered_set<std::string> seen;
+  for (const auto& name : names) {
+    if (name.empty() || !seen.insert(name).second) continue;
+    OpTensor t;
+    t.request.op_type = type;
+    t.request.name = name;
+    op.tensors.push_back(std::move(t));
+  }
+  SubmitFailed(&op, "refused at the call: " + why);
 }
 
 namespace {

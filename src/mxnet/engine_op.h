@@ -73,6 +73,16 @@ Status Push(std::unique_ptr<EngineOp> op, int priority, const char* opr_name);
 // call because its input carries the error of the operation that wrote it.
 void SubmitFailed(EngineOp* op, const std::string& why);
 
+// A call refused at the call on this rank (bad arguments found by this rank alone) would
+// leave the other ranks waiting for its names, or, unnamed, shift this rank's numbering so
+// that its next call met their refused one. Its names (empty ones and repeats skipped) are
+// submitted as failed with "refused at the call: <why>", in call order like any call: the
+// same call fails on every rank of `set` ("allreduce 'x' failed on rank 1: refused at the
+// call: ..."), and on ranks that refused it too the failures meet and complete unseen.
+// Nothing when `set` is null.
+void SubmitRefused(std::shared_ptr<ProcessSet> set, OpType type,
+                   const std::vector<std::string>& names, const std::string& why);
+
 // Pushes an engine operation on `handle` (a write dependency) that completes at once, as
 // ours would with no communication: benchmarks use it to measure MXNet's own cost per
 // operation (the floor of one collective per tensor). Not part of the API.

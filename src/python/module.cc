@@ -244,6 +244,20 @@ PYBIND11_MODULE(_core, m) {
     }
     Check(rc);
   });
+  // A call that Python's checks refused on this rank: the same call fails on the other ranks
+  // instead of waiting for this one (mx::SubmitRefused). `names`: a list of str, or a base
+  // str for `n` tensors named '<base>.<i>'. Nothing if this rank is not a member of the set.
+  m.def("refuse", [](const std::string& op, const py::object& names, size_t n, int ps,
+                     const std::string& why) {
+    int type = 0;
+    while (type <= static_cast<int>(OpType::kReducescatter) && op != OpTypeName(static_cast<OpType>(type))) ++type;
+    if (type > static_cast<int>(OpType::kReducescatter)) ThrowInvalid("refuse: unknown collective " + op);
+    std::vector<std::string> all = GroupNames(names, n);
+    py::gil_scoped_release nogil;
+    std::shared_ptr<ProcessSet> set;
+    if (!MemberSet(ps, op.c_str(), nullptr, &set).ok()) return;
+    mx::SubmitRefused(std::move(set), static_cast<OpType>(type), all, why);
+  });
   // Test hook for the fusion planner: items are (fusable, dtype, reduce_op, prescale,
   // postscale, bytes); returns the groups of item indices.
   m.def("plan_fusion", [](const std::vector<std::tuple<bool, int, int, double, double, int64_t>>& items,
