@@ -25,6 +25,13 @@ def test_collectives_every_size_through_cma(np_):
     run_ranks(np_, "core_collectives.py", timeout=240, env={"MXHOROVOD_CMA_MIN_BYTES": "0"})
 
 
+@pytest.mark.parametrize("np_,env", [
+    (2, {}), (3, {}), (3, {"MXHOROVOD_CMA": "0"}), (3, {"HOROVOD_HIERARCHICAL_ALLREDUCE": "1"}),
+])
+def test_min_max_nan_and_signed_zero_same_on_every_rank(np_, env):
+    run_ranks(np_, "core_minmax_nan.py", timeout=240, env=env)
+
+
 def test_collectives_through_mpi_only():
     run_ranks(3, "core_collectives.py", timeout=240, env={"MXHOROVOD_CMA": "0"})
 

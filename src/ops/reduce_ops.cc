@@ -20,6 +20,16 @@ void SumOp(void* in_v, void* inout_v, int* len, MPI_Datatype*) {
   for (int i = 0; i < n; ++i) io[i] = in[i] + io[i];
 }
 
+// Min / Max of float32 and float64 (MPI_MIN / MPI_MAX lose a NaN or keep it on some ranks
+// only, and pick either zero for -0 vs +0, depending on the order of the operands).
+template <typename T, bool MIN>
+void NanMinMaxOp(void* in_v, void* inout_v, int* len, MPI_Datatype*) {
+  const T* __restrict in = static_cast<const T*>(in_v);
+  T* __restrict io = static_cast<T*>(inout_v);
+  const int n = *len;
+  for (int i = 0; i < n; ++i) io[i] = MIN ? NanMin(in[i], io[i]) : NanMax(in[i], io[i]);
+}
+
 // The factor of the scaled sums (see the header: one scaled reduction in flight).
 std::atomic<double> g_scale{1.0};
 
@@ -46,6 +56,10 @@ ReduceOps::ReduceOps() {
   MPI_Op_create(&SumOp<double>, 1, &f64_sum_);
   MPI_Op_create(&ScaledSumOp<float>, 1, &f32_scaled_);
   MPI_Op_create(&ScaledSumOp<double>, 1, &f64_scaled_);
+  MPI_Op_create(&NanMinMaxOp<float, true>, 1, &f32_min_);
+  MPI_Op_create(&NanMinMaxOp<float, false>, 1, &f32_max_);
+  MPI_Op_create(&NanMinMaxOp<double, true>, 1, &f64_min_);
+  MPI_Op_create(&NanMinMaxOp<double, false>, 1, &f64_max_);
 }
 
 ReduceOps::~ReduceOps() {
@@ -58,6 +72,7 @@ ReduceOps::~ReduceOps() {
   MPI_Op_free(&f64_sum_);
   MPI_Op_free(&f32_scaled_);
   MPI_Op_free(&f64_scaled_);
+  for (MPI_Op* op : {&f32_min_, &f32_max_, &f64_min_, &f64_max_}) MPI_Op_free(op);
 }
 
 MPI_Datatype ReduceOps::Type(DataType t) const {
@@ -81,6 +96,11 @@ MPI_Op ReduceOps::Op(DataType t, ReduceOp op) const {
       case ReduceOp::kProduct: return f16_[3];
       default: return f16_[0];
     }
+  }
+  if (t == DataType::kFloat32 || t == DataType::kFloat64) {
+    const bool f32 = t == DataType::kFloat32;
+    if (op == ReduceOp::kMin) return f32 ? f32_min_ : f64_min_;
+    if (op == ReduceOp::kMax) return f32 ? f32_max_ : f64_max_;
   }
   switch (op) {
     case ReduceOp::kMin: return MPI_MIN;

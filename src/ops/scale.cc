@@ -67,8 +67,8 @@ void ReduceFloat16(const void* in_v, void* inout_v, int64_t n, ReduceOp op) {
     float a = static_cast<float>(in[i]), b = static_cast<float>(io[i]);
     float r;
     switch (op) {
-      case ReduceOp::kMin: r = std::min(a, b); break;
-      case ReduceOp::kMax: r = std::max(a, b); break;
+      case ReduceOp::kMin: r = NanMin(a, b); break;
+      case ReduceOp::kMax: r = NanMax(a, b); break;
       case ReduceOp::kProduct: r = a * b; break;
       default: r = a + b; break;
     }

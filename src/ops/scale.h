@@ -3,6 +3,7 @@
 #ifndef MXHOROVOD_OPS_SCALE_H_
 #define MXHOROVOD_OPS_SCALE_H_
 
+#include <cmath>
 #include <cstdint>
 
 #include "common/common.h"
@@ -20,7 +21,28 @@ void ScaleBuffer(void* buf, int64_t count, DataType dtype, double factor, int di
 void ScaleCopy(void* dst, const void* src, int64_t count, DataType dtype, double factor,
                int divisor = 1);
 
-// inout[i] = op(in[i], inout[i]) on IEEE float16 values (computed in float32, rounded back).
+// Min and Max of floating-point values that give the same result whichever operand comes
+// first, so every rank of an allreduce gets the same bits whatever order MPI combines the
+// ranks' values in on each: a NaN wins (as numpy's minimum/maximum and MXNet's own), and
+// -0 is below +0. (a < b ? a : b, MPI's MIN, returns the second operand for a NaN or for
+// equal zeros: ranks that combine in different orders then disagree, or the NaN is lost.)
+template <typename T>
+inline T NanMin(T a, T b) {
+  if (a != a) return a;
+  if (b != b) return b;
+  if (a == b) return std::signbit(a) ? a : b;  // -0 below +0
+  return a < b ? a : b;
+}
+template <typename T>
+inline T NanMax(T a, T b) {
+  if (a != a) return a;
+  if (b != b) return b;
+  if (a == b) return std::signbit(a) ? b : a;
+  return a > b ? a : b;
+}
+
+// inout[i] = op(in[i], inout[i]) on IEEE float16 values (computed in float32, rounded back;
+// Min and Max as NanMin / NanMax).
 void ReduceFloat16(const void* in, void* inout, int64_t count, ReduceOp op);
 
 }  // namespace mxhorovod
