@@ -109,14 +109,32 @@ def broadcast_parameters(params, root_rank=0, prefix=None):
         _broadcast_arrays(arrays, root_rank, name)
 
 
-def _to_bytes_array(obj):
-    """(uint8 NDArray of the pickled ``obj``, None), or (None, the error) if it cannot be
-    pickled. cloudpickle, as Horovod: lambdas, closures and local classes go too."""
+# The most bytes of one collective of a pickled object. MXNet (built without
+# USE_INT64_TENSOR_SIZE, as the PyPI wheels) cannot make an array of 2**31 - 1 elements or
+# more, and MPI counts are ints: a larger pickle goes in several collectives. A gather's
+# output holds every rank's piece, so each rank sends at most this / size() per round.
+_CHUNK_BYTES = 1 << 30
+
+
+def _pickle(obj):
+    """(the pickled ``obj`` as bytes, None), or (None, the error) if it cannot be pickled.
+    cloudpickle, as Horovod: lambdas, closures and local classes go too."""
     try:
-        data = cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        return cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), None
     except Exception as e:  # pickling runs arbitrary __reduce__ code: any error
         return None, e
-    return mx.nd.array(np.frombuffer(data, dtype=np.uint8), dtype=np.uint8), None
+
+
+def _piece(data, start, stop):
+    """uint8 NDArray of data[start:stop] (stop - start may be 0)."""
+    if stop <= start:
+        return mx.nd.empty((0,), dtype=np.uint8)
+    return mx.nd.array(np.frombuffer(data, dtype=np.uint8, count=stop - start, offset=start),
+                       dtype=np.uint8)
+
+
+def _data_name(name, k):
+    return name + ".data" + (".%d" % k if k else "")
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
@@ -126,11 +144,12 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
         obj: any object cloudpickle can pickle, on the root rank; ignored on the others.
         root_rank: rank whose object is returned: a job rank (``hvd.rank()``), a member of
             ``process_set`` (as Horovod).
-        name: base name of the two collectives (default: an automatic per-call name).
+        name: base name of the collectives (default: an automatic per-call name).
         process_set: the ranks taking part (default: all).
 
     Returns the root's object (the root gets back its own ``obj``, not a copy).
-    Blocks until the object has arrived.
+    Blocks until the object has arrived. A pickle of 1 GiB or more goes in several
+    broadcasts of at most 1 GiB (MXNet's arrays hold fewer than 2**31 elements).
 
     Raises:
         ValueError: on every rank, when the root could not pickle ``obj`` (the root's
@@ -139,22 +158,29 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     """
     name = _auto_name("broadcast_object", name, process_set)
     me = rank()
-    payload, error = _to_bytes_array(obj) if me == root_rank else (None, None)
+    data, error = _pickle(obj) if me == root_rank else (None, None)
     # The root sends the payload's size, or -1 when it could not pickle; the others 0.
-    length = mx.nd.array([-1 if error else payload.size if payload is not None else 0],
+    length = mx.nd.array([-1 if error else len(data) if data is not None else 0],
                          dtype=np.int64)
     broadcast_(length, root_rank, name=name + ".size", process_set=process_set)
     n = int(length.asscalar())
     if n < 0:
         raise ValueError("broadcast_object '%s': rank %d could not pickle the object%s"
                          % (name, root_rank, ": %r" % (error,) if error else "")) from error
-    if me != root_rank:
-        payload = mx.nd.zeros((n,), dtype=np.uint8)
-    broadcast_(payload, root_rank, name=name + ".data", process_set=process_set)
+    received = None if me == root_rank else bytearray(n)
+    for k, start in enumerate(range(0, n, _CHUNK_BYTES)):
+        stop = min(n, start + _CHUNK_BYTES)
+        piece = _piece(data, start, stop) if me == root_rank \
+            else mx.nd.empty((stop - start,), dtype=np.uint8)
+        broadcast_(piece, root_rank, name=_data_name(name, k), process_set=process_set)
+        if me == root_rank:
+            piece.wait_to_read()
+        else:
+            received[start:stop] = piece.asnumpy().data
+        del piece
     if me == root_rank:
-        payload.wait_to_read()
         return obj
-    return pickle.loads(payload.asnumpy().tobytes())
+    return pickle.loads(received)
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
@@ -163,27 +189,37 @@ def allgather_object(obj, name=None, process_set=global_process_set):
     Args:
         obj: any object cloudpickle can pickle (objects may differ in type and size
             between ranks).
-        name: base name of the two collectives (default: an automatic per-call name).
+        name: base name of the collectives (default: an automatic per-call name).
         process_set: the ranks taking part (default: all).
 
-    Returns a list of length ``size()`` (of the set), in rank order. Blocks until all have arrived.
+    Returns a list of length ``size()`` (of the set), in rank order. Blocks until all have
+    arrived. Pickles of 1 GiB / size() or more go in several allgathers, each rank sending
+    at most that much in each (MXNet's arrays hold fewer than 2**31 elements).
 
     Raises:
         ValueError: on every rank, when some rank could not pickle its object (naming
             those job ranks; the local error is chained where it happened).
     """
     name = _auto_name("allgather_object", name, process_set)
-    payload, error = _to_bytes_array(obj)
-    length = mx.nd.array([payload.size if payload is not None else -1], dtype=np.int64)
+    data, error = _pickle(obj)
+    length = mx.nd.array([len(data) if data is not None else -1], dtype=np.int64)
     lengths = allgather(length, name=name + ".size", process_set=process_set).asnumpy().tolist()
     failed = [k for k, n in enumerate(lengths) if n < 0]  # positions in the set
     if failed:
         raise ValueError("allgather_object '%s': ranks %s could not pickle their objects%s"
                          % (name, [process_set.ranks[k] for k in failed],
                             ": %r" % (error,) if error else "")) from error
-    gathered = allgather(payload, name=name + ".data", process_set=process_set).asnumpy()
-    out, start = [], 0
-    for n in lengths:
-        out.append(pickle.loads(gathered[start:start + n].tobytes()))
-        start += n
-    return out
+    per = max(1, _CHUNK_BYTES // len(lengths))
+    rounds = max(1, max(-(-n // per) for n in lengths))
+    received = [bytearray(n) for n in lengths]
+    for k in range(rounds):
+        mine = _piece(data, min(len(data), k * per), min(len(data), (k + 1) * per))
+        gathered = allgather(mine, name=_data_name(name, k), process_set=process_set).asnumpy()
+        del mine
+        at = 0
+        for q, n in enumerate(lengths):
+            start, stop = min(n, k * per), min(n, (k + 1) * per)
+            received[q][start:stop] = gathered[at:at + stop - start].data
+            at += stop - start
+        del gathered
+    return [pickle.loads(b) for b in received]

@@ -110,9 +110,35 @@ def objects():
     assert hvd.broadcast_object("after", root_rank=0) == "after"
 
 
+def objects_in_pieces():
+    """Pickles larger than one collective's piece (1 GiB, lowered here to 1000 bytes) go in
+    several collectives: MXNet cannot make a uint8 array of 2**31 - 1 elements, so a 2 GiB
+    pickle made the root raise alone and the other ranks wait forever (breaker finding)."""
+    import mxhorovod.functions as functions
+    saved = functions._CHUNK_BYTES
+    functions._CHUNK_BYTES = 1000
+    try:
+        root = hvd.size() - 1
+        big = np.arange(1234, dtype=np.float64) * (root + 1)  # ~9.9 KB pickled: 10 pieces
+        got = hvd.broadcast_object(big if hvd.rank() == root else None, root_rank=root)
+        np.testing.assert_array_equal(got, np.arange(1234, dtype=np.float64) * (root + 1))
+        # Sizes per rank from one piece to many, and an exact multiple of a piece.
+        sizes = [10, 4000, 333 * hvd.size()][:hvd.size()] + [7] * max(0, hvd.size() - 3)
+        mine = bytes([hvd.rank()]) * sizes[hvd.rank()]
+        everyone = hvd.allgather_object(mine)
+        assert everyone == [bytes([q]) * sizes[q] for q in range(hvd.size())], \
+            [len(e) for e in everyone]
+        got = hvd.broadcast_object(b"x" * 2000, root_rank=0)  # exactly 2 pieces' worth
+        assert got == b"x" * 2000
+    finally:
+        functions._CHUNK_BYTES = saved
+    assert hvd.allgather_object(hvd.rank()) == list(range(hvd.size()))
+
+
 def main():
     hvd.init()
-    for f in (deferred_init, after_inference_forward, module_dicts, objects):
+    for f in (deferred_init, after_inference_forward, module_dicts, objects,
+              objects_in_pieces):
         f()
         if hvd.rank() == 0:
             print("scenario %s ok" % f.__name__, flush=True)
