@@ -127,3 +127,23 @@ def test_scaled_sum_agreed_in_process_sets(blocking, cma):
               env={"MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM": "ring",
                    "MPIR_CVAR_IALLREDUCE_INTRA_ALGORITHM": "tsp_ring",
                    "MXHOROVOD_BLOCKING_DATA": blocking, "MXHOROVOD_CMA": cma})
+
+
+def _available_gib():
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 2**20
+    return 0.0
+
+
+@pytest.mark.parametrize("case,np_", [("allgather", 3), ("alltoall", 2)])
+def test_collectives_over_2_gib_per_mpi_call(case, np_):
+    # About 4.3 GiB per rank: opt-in, and only where the memory is free.
+    import os
+    if os.environ.get("MXHOROVOD_TEST_BIG") != "1":
+        pytest.skip("set MXHOROVOD_TEST_BIG=1 to run (about %d GiB of memory)" % (5 * np_))
+    if _available_gib() < 5 * np_:
+        pytest.skip("needs about %d GiB of available memory, %.1f GiB here"
+                    % (5 * np_, _available_gib()))
+    run_ranks(np_, "core_big_counts.py", [case], timeout=600)

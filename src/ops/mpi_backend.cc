@@ -88,6 +88,17 @@ Status MPIBackend::Allgatherv(const void* send, int64_t send_bytes, void* recv,
                               const std::vector<int64_t>& recv_bytes) {
   std::vector<int> counts, displs;
   auto s = ToIntCounts(recv_bytes, &counts, &displs, "allgather");
+#if MPI_VERSION >= 4
+  if (!s.ok()) {  // 2 GiB or more in the output (3 ranks of 1 GiB): MPI-4's large counts
+    std::vector<MPI_Count> big_counts(recv_bytes.begin(), recv_bytes.end());
+    std::vector<MPI_Aint> big_displs(recv_bytes.size());
+    for (size_t i = 1; i < recv_bytes.size(); ++i) big_displs[i] = big_displs[i - 1] + recv_bytes[i - 1];
+    MPI_Request req;
+    s = CheckMPI(MPI_Iallgatherv_c(send, send_bytes, MPI_BYTE, recv, big_counts.data(),
+                                   big_displs.data(), MPI_BYTE, comm_, &req), "MPI_Iallgatherv_c");
+    return s.ok() ? WaitRequest(&req, "MPI_Iallgatherv_c") : s;
+  }
+#endif
   if (!s.ok()) return s;
   MPI_Request req;
   s = CheckMPI(MPI_Iallgatherv(send, static_cast<int>(send_bytes), MPI_BYTE, recv, counts.data(),
@@ -100,8 +111,25 @@ Status MPIBackend::Alltoallv(const void* send, const std::vector<int64_t>& send_
                              void* recv, const std::vector<int64_t>& recv_bytes) {
   std::vector<int> scounts, sdispls, rcounts, rdispls;
   auto s = ToIntCounts(send_bytes, &scounts, &sdispls, "alltoall");
-  if (!s.ok()) return s;
-  s = ToIntCounts(recv_bytes, &rcounts, &rdispls, "alltoall");
+  if (s.ok()) s = ToIntCounts(recv_bytes, &rcounts, &rdispls, "alltoall");
+#if MPI_VERSION >= 4
+  if (!s.ok()) {  // 2 GiB or more sent or received: MPI-4's large counts
+    auto big = [](const std::vector<int64_t>& bytes, std::vector<MPI_Count>* counts,
+                  std::vector<MPI_Aint>* displs) {
+      counts->assign(bytes.begin(), bytes.end());
+      displs->assign(bytes.size(), 0);
+      for (size_t i = 1; i < bytes.size(); ++i) (*displs)[i] = (*displs)[i - 1] + bytes[i - 1];
+    };
+    std::vector<MPI_Count> sc, rc;
+    std::vector<MPI_Aint> sd, rd;
+    big(send_bytes, &sc, &sd);
+    big(recv_bytes, &rc, &rd);
+    MPI_Request req;
+    s = CheckMPI(MPI_Ialltoallv_c(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(), rd.data(),
+                                  MPI_BYTE, comm_, &req), "MPI_Ialltoallv_c");
+    return s.ok() ? WaitRequest(&req, "MPI_Ialltoallv_c") : s;
+  }
+#endif
   if (!s.ok()) return s;
   MPI_Request req;
   s = CheckMPI(MPI_Ialltoallv(send, scounts.data(), sdispls.data(), MPI_BYTE, recv, rcounts.data(),
