@@ -2,15 +2,29 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 namespace mxhorovod {
 namespace {
+
+// An integer result of a scaling: truncated toward zero (as Horovod), and, outside T's
+// range, wrapped modulo 2^bits as MXNet's and numpy's integer arithmetic does (uint8 3 with
+// prescale -1 is 253), through int64; beyond int64's range it saturates. A plain cast of
+// an out-of-range floating value to an integer type is undefined behaviour.
+template <typename T>
+T ToInteger(long double v) {
+  constexpr long double kMin = static_cast<long double>(std::numeric_limits<int64_t>::min());
+  constexpr long double kLimit = -kMin;  // 2^63: the first value above int64's range
+  int64_t i = v <= kMin ? std::numeric_limits<int64_t>::min()
+              : v >= kLimit ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(v);
+  return static_cast<T>(static_cast<uint64_t>(i));  // modulo 2^bits (C++20; GCC always)
+}
 
 // Each helper reads src and writes dst (the same pointer for in-place scaling).
 template <typename T>
 void ScaleInt(T* dst, const T* src, int64_t n, double factor, int divisor) {
   const long double f = factor, d = divisor;
-  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<T>(static_cast<long double>(src[i]) * f / d);
+  for (int64_t i = 0; i < n; ++i) dst[i] = ToInteger<T>(static_cast<long double>(src[i]) * f / d);
 }
 
 void ScaleHalf(_Float16* dst, const _Float16* src, int64_t n, double f) {

@@ -73,6 +73,13 @@ yi = hvd.allreduce(mx.nd.array([7, -7, 5], dtype="int32"), op=hvd.Average, name=
 close(yi.asnumpy(), np.trunc(np.array([7, -7, 5]) * n / n).astype("int32"), "int32", "int avg")
 yi = hvd.allreduce(mx.nd.array([r + 1], dtype="int32"), op=hvd.Average, name="int.avg2")
 close(yi.asnumpy(), np.array([int(sum(range(1, n + 1)) / n)], dtype="int32"), "int32", "int avg trunc")
+# Out of the dtype's range: wrapped as integer arithmetic wraps (was a cast of an
+# out-of-range float to an integer type: undefined behaviour).
+yi = hvd.allreduce(mx.nd.array([3, 5, 0], dtype="uint8"), op=hvd.Sum, prescale_factor=-1, name="u8.neg")
+close(yi.asnumpy(), (np.array([3, 5, 0]) * -n % 256).astype("uint8"), "uint8", "uint8 negative prescale")
+yi = hvd.allreduce(mx.nd.array([20, -20], dtype="int8"), op=hvd.Sum, postscale_factor=5.0, name="i8.big")
+close(yi.asnumpy(), ((np.array([20, -20]) * n * 5 + 128) % 256 - 128).astype("int8"), "int8",
+      "int8 postscale past 127")
 
 # Float Average and postscale: on 2 ranks the backend scales inside the reduction (a
 # scaled-sum MPI op); the result must be bit for bit the sum scaled in the dtype, as a
