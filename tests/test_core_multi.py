@@ -147,3 +147,11 @@ def test_collectives_over_2_gib_per_mpi_call(case, np_):
         pytest.skip("needs about %d GiB of available memory, %.1f GiB here"
                     % (5 * np_, _available_gib()))
     run_ranks(np_, "core_big_counts.py", [case], timeout=600)
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_settings_that_decide_the_mpi_calls_must_agree(np_):
+    # Fusion threshold, cache capacity, slice and zero-copy sizes, autotune and dynamic
+    # process sets differing on rank 0: init() fails on every rank naming the variable;
+    # blocking data calls on some ranks only are agreed (right values, no hang).
+    run_ranks(np_, "settings_agree.py", timeout=240)

@@ -227,6 +227,18 @@ def test_hierarchical_fake_hosts_uneven():
               env=dict(HIER, MXHOROVOD_SLICE_BYTES=str(1 << 16)))
 
 
+def test_more_ranks_than_cores_on_one_fake_host_only():
+    # More ranks than cores on host "a" (nonblocking data calls by default there), one rank
+    # on host "b" (blocking by default): the ranks agree on nonblocking (a hang before:
+    # MPI's blocking and nonblocking collectives do not match).
+    why = fake_hosts_unavailable()
+    if why:
+        pytest.skip(why)
+    names = ["a"] * max(3, (os.cpu_count() or 1) + 1) + ["b"]
+    run_ranks(len(names), "core_collectives.py", timeout=300, prefix=fake_hosts_prefix(names),
+              env={"MXHOROVOD_BLOCKING_DATA": ""})
+
+
 def test_hierarchical_setting_must_agree():
     # On for two ranks only: init fails on every rank with the ranks named, no hang.
     proc = run_ranks(3, "multihost_hier_mismatch.py", timeout=120)

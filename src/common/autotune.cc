@@ -13,8 +13,8 @@ constexpr size_t kDims = 4;
 }  // namespace
 
 Autotuner::Autotuner(const Config& cfg, MPI_Comm comm, int rank) : comm_(comm), rank_(rank) {
-  warmup_samples_ = (int)EnvNumber("HOROVOD_AUTOTUNE_WARMUP_SAMPLES", 1);
-  steps_per_sample_ = std::max(1, (int)EnvNumber("HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", 10));
+  warmup_samples_ = cfg.autotune_warmup_samples;
+  steps_per_sample_ = cfg.autotune_steps_per_sample;
   best_ = current_ = {cfg.fusion_threshold, cfg.cycle_time_ms, cfg.slice_bytes, cfg.zero_copy_bytes};
   const char* path = std::getenv("HOROVOD_AUTOTUNE_LOG");
   if (rank_ == 0 && path && *path) {

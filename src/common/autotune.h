@@ -33,8 +33,8 @@ struct TunedParams {
 
 class Autotuner {
  public:
-  // Reads HOROVOD_AUTOTUNE_LOG, HOROVOD_AUTOTUNE_WARMUP_SAMPLES (default 1) and
-  // HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE (default 10). Starts from cfg's values.
+  // Reads HOROVOD_AUTOTUNE_LOG; the samples' sizes come from cfg (read at init()).
+  // Starts from cfg's values.
   Autotuner(const Config& cfg, MPI_Comm comm, int rank);
   ~Autotuner();
   bool active() const { return !done_; }

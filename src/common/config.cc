@@ -1,5 +1,6 @@
 #include "config.h"
 
+#include <algorithm>
 #include <cctype>
 #include <stdexcept>
 
@@ -38,6 +39,11 @@ Config Config::FromEnv() {
   c.cma = EnvBool("MXHOROVOD_CMA", c.cma);
   c.cma_min_bytes = (int64_t)EnvNumber("MXHOROVOD_CMA_MIN_BYTES", (double)c.cma_min_bytes);
   c.autotune = EnvBool("HOROVOD_AUTOTUNE", false);
+  // Read here, not when the tuner starts on the background thread: a bad value is a
+  // ValueError at init() (it was an uncaught exception there: std::terminate on every rank).
+  c.autotune_warmup_samples = (int)std::min(1e6, EnvNumber("HOROVOD_AUTOTUNE_WARMUP_SAMPLES", 1));
+  c.autotune_steps_per_sample =
+      std::max(1, (int)std::min(1e6, EnvNumber("HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", 10)));
   c.dynamic_process_sets = EnvBool("HOROVOD_DYNAMIC_PROCESS_SETS", false);
   if (c.slice_bytes < 1024) c.slice_bytes = 1024;
   // One MPI call takes an int element count: 1 GiB keeps it in range for every dtype.

@@ -18,6 +18,8 @@ struct Config {
   int64_t slice_bytes = 4ll << 20;            // MXHOROVOD_SLICE_BYTES: bytes per MPI call
   bool dynamic_process_sets = false;          // HOROVOD_DYNAMIC_PROCESS_SETS
   bool autotune = false;                      // HOROVOD_AUTOTUNE
+  int autotune_warmup_samples = 1;            // HOROVOD_AUTOTUNE_WARMUP_SAMPLES
+  int autotune_steps_per_sample = 10;         // HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE (>= 1)
   int64_t zero_copy_bytes = 64ll << 10;       // MXHOROVOD_ZERO_COPY_BYTES: larger goes in place
   // MXHOROVOD_BLOCKING_DATA: 1 = MPI's blocking (polling) calls for the data, 0 = nonblocking
   // calls waited with yield-then-sleep; unset (-1) = blocking unless ranks outnumber cores.

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <algorithm>
 #include <cstring>
 #include <initializer_list>
 #include <future>
@@ -166,6 +167,74 @@ Status StartMPI(int64_t comm_f2c, const std::vector<int>& ranks, bool hierarchic
   s = BuildTopology(*comm, topo, hc);
   if (!s.ok()) return s;
   return AgreeOnHierarchical(*comm, hierarchical);
+}
+
+// The settings that decide which MPI calls a cycle makes must be the same on every rank:
+// the fusion threshold, the zero-copy size and the slice size group and split the data
+// calls, the cache capacity sizes the negotiation's bit vector, the autotuner broadcasts at
+// the end of each sample, and an add/remove of a process set waits for every rank. Ranks
+// that disagree made mismatched MPI calls (wrong sums, "Message truncated" aborts,
+// SIGSEGV) or hung; now init() fails on every rank naming the setting and the ranks' values.
+// MXHOROVOD_BLOCKING_DATA (MPI's blocking calls do not match the nonblocking ones: a hang)
+// is agreed instead: blocking only when every rank would block, so a host with more ranks
+// than cores next to one with fewer (its default) works too.
+Status AgreeOnSettings(MPI_Comm comm, const Topology& topo, bool dynamic, Config* cfg) {
+  struct Setting {
+    const char* name;
+    int64_t value;
+  };
+  const std::vector<Setting> mine = {
+      {"HOROVOD_FUSION_THRESHOLD", cfg->fusion_threshold},
+      {"HOROVOD_CACHE_CAPACITY", cfg->cache_capacity},
+      {"MXHOROVOD_SLICE_BYTES", cfg->slice_bytes},
+      {"MXHOROVOD_ZERO_COPY_BYTES", cfg->zero_copy_bytes},
+      {"HOROVOD_AUTOTUNE", cfg->autotune ? 1 : 0},
+      {"HOROVOD_AUTOTUNE_WARMUP_SAMPLES", cfg->autotune ? cfg->autotune_warmup_samples : 0},
+      {"HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", cfg->autotune ? cfg->autotune_steps_per_sample : 0},
+      {"HOROVOD_DYNAMIC_PROCESS_SETS (or init(process_sets=\"dynamic\"))", dynamic ? 1 : 0},
+  };
+  const size_t n = mine.size() + 1;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  const int64_t blocking = cfg->blocking_data >= 0 ? cfg->blocking_data
+                                                    : (cores > 0 && topo.local_size > cores ? 0 : 1);
+  std::vector<int64_t> values(n), all(n * topo.size);
+  for (size_t i = 0; i < mine.size(); ++i) values[i] = mine[i].value;
+  values[mine.size()] = blocking;
+  auto s = MPICheck(MPI_Allgather(values.data(), (int)n, MPI_INT64_T, all.data(), (int)n,
+                                  MPI_INT64_T, comm),
+                    "MPI_Allgather (settings)");
+  if (!s.ok()) return s;
+  std::string errors;
+  for (size_t i = 0; i < mine.size(); ++i) {
+    // Values in order of first appearance, each with its ranks.
+    std::vector<int64_t> distinct;
+    std::vector<std::vector<int>> ranks;
+    for (int r = 0; r < topo.size; ++r) {
+      int64_t v = all[r * n + i];
+      size_t k = std::find(distinct.begin(), distinct.end(), v) - distinct.begin();
+      if (k == distinct.size()) {
+        distinct.push_back(v);
+        ranks.emplace_back();
+      }
+      ranks[k].push_back(r);
+    }
+    if (distinct.size() == 1) continue;
+    std::string text = std::string(errors.empty() ? "" : "; ") + mine[i].name + " differs between ranks:";
+    for (size_t k = 0; k < distinct.size(); ++k) {
+      text += std::string(k ? "," : "") + " " + std::to_string(distinct[k]) + " on ranks " + RankList(ranks[k]);
+    }
+    errors += text;
+  }
+  if (!errors.empty()) {
+    return Status::InvalidArgument(errors + ". Set each the same way for every rank.");
+  }
+  int64_t agreed = 1;
+  for (int r = 0; r < topo.size; ++r) agreed = std::min(agreed, all[r * n + mine.size()]);
+  if (agreed != blocking) {
+    LogDebug("MXHOROVOD_BLOCKING_DATA: nonblocking data calls, as another rank needs them");
+  }
+  cfg->blocking_data = (int)agreed;
+  return Status::OK();
 }
 
 void FailEntries(std::vector<TensorTableEntry>&& entries, const std::string& why) {
@@ -349,11 +418,12 @@ void BackgroundLoop(StartArgs args) {
   // ours (the communication) and which are the model's.
   pthread_setname_np(pthread_self(), "mxhorovod-bg");
   State& st = S();
-  const Config& cfg = args.cfg;
+  Config& cfg = args.cfg;
   MPI_Comm comm = MPI_COMM_NULL;
   Topology topo;
   HostComms hc;
   Status s = StartMPI(args.comm_f2c, args.ranks, cfg.hierarchical_allreduce, &comm, &topo, &hc);
+  if (s.ok()) s = AgreeOnSettings(comm, topo, st.dynamic_process_sets, &cfg);
   std::shared_ptr<ProcessSet> global;
   if (s.ok()) {
     ConfigureLogging(cfg.log, topo.rank);
