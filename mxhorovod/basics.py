@@ -5,6 +5,7 @@ Names, arguments and errors follow ``horovod.mxnet`` (0.28), so a script written
 """
 import atexit
 import logging
+import numbers
 import os
 import socket
 import sys
@@ -56,6 +57,11 @@ def init(comm=None, process_sets=None):
     if comm is None:
         pass
     elif isinstance(comm, (list, tuple)):
+        for r in comm:
+            # Not int(r): a float would be truncated (1.7 is not rank 1), as for root_rank.
+            if isinstance(r, bool) or not isinstance(r, numbers.Integral):
+                raise ValueError("init(comm=%r): ranks must be integers, not %s"
+                                 % (list(comm), type(r).__name__))
         ranks = [int(r) for r in comm]
         if not ranks:
             raise ValueError("init(comm=[]): the list of ranks is empty")
@@ -67,6 +73,14 @@ def init(comm=None, process_sets=None):
         raise ValueError("init(comm=...) takes None, a list of ranks or an mpi4py communicator, "
                          "not %s" % type(comm).__name__)
     logger = log.configure()
+    if not _atexit_registered:
+        # Registered at init, after mpi4py's own exit hook (if mpi4py is imported), so ours
+        # runs first: the background thread stops before anyone finalizes MPI. Before
+        # _core.init: an init() refused after MPI started (a setting that differs between
+        # ranks) must still finalize MPI at exit, else the launcher kills the job with
+        # SIGKILL (exit status 9) when that rank ends before its peers.
+        atexit.register(_at_exit)
+        _atexit_registered = True
     _core.init(comm_f2c, ranks, [p.ranks for p in static], dynamic)
     _ps._registered(static)
     rank_, size_, local_rank_, local_size_ = _core.topology()[:4]
@@ -74,11 +88,6 @@ def init(comm=None, process_sets=None):
     failures.install(rank_, size_)
     logger.info("rank %d of %d (local rank %d of %d): pid %d on %s", rank_, size_, local_rank_,
                 local_size_, os.getpid(), socket.gethostname())
-    if not _atexit_registered:
-        # Registered at init, after mpi4py's own exit hook (if mpi4py is imported), so ours
-        # runs first: the background thread stops before anyone finalizes MPI.
-        atexit.register(_at_exit)
-        _atexit_registered = True
 
 
 def _at_exit():

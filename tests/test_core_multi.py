@@ -155,3 +155,8 @@ def test_settings_that_decide_the_mpi_calls_must_agree(np_):
     # process sets differing on rank 0: init() fails on every rank naming the variable;
     # blocking data calls on some ranks only are agreed (right values, no hang).
     run_ranks(np_, "settings_agree.py", timeout=240)
+
+
+def test_refused_init_then_a_normal_exit():
+    # init() refused after MPI started, rank 0 ending first: exit status 0, every rank done.
+    run_ranks(3, "init_refused_exit.py", timeout=120)

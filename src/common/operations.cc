@@ -142,8 +142,19 @@ Status StartMPI(int64_t comm_f2c, const std::vector<int>& ranks, bool hierarchic
   MPI_Comm parent = comm_f2c != kWorldComm ? MPI_Comm_f2c((MPI_Fint)comm_f2c) : MPI_COMM_WORLD;
   MPI_Comm sub = MPI_COMM_NULL;
   if (!ranks.empty()) {
-    int prank = 0;
+    int prank = 0, psize = 0;
     MPI_Comm_rank(parent, &prank);
+    MPI_Comm_size(parent, &psize);
+    // Checked here, not by MPI_Group_incl: its error handler is MPI_COMM_WORLD's (fatal),
+    // so a rank out of range aborted the whole job.
+    for (int r : ranks) {
+      if (r < 0 || r >= psize) {
+        return Status::InvalidArgument("init(comm=[...]): rank " + std::to_string(r) +
+                                       " is out of range (the parent communicator has " +
+                                       std::to_string(psize) + " ranks: 0 to " +
+                                       std::to_string(psize - 1) + ")");
+      }
+    }
     bool member = false;
     for (int r : ranks) member |= (r == prank);
     if (!member) {
