@@ -51,7 +51,7 @@ def init(comm=None, process_sets=None):
             process sets that are invalid or differ between ranks.
     """
     from mxhorovod import process_sets as _ps
-    global _atexit_registered
+    global _atexit_registered, _init_comm
     static, dynamic = _ps._static(process_sets)
     comm_f2c, ranks = _core.WORLD_COMM, []
     if comm is None:
@@ -72,6 +72,20 @@ def init(comm=None, process_sets=None):
     else:
         raise ValueError("init(comm=...) takes None, a list of ranks or an mpi4py communicator, "
                          "not %s" % type(comm).__name__)
+    comm_sets = [p for p in static if p.mpi_comm is not None]
+    if _core.topology()[0] >= 0:
+        # Running (init again does nothing), or stopped by a peer (the core refuses): no
+        # exchange among the ranks for the sets made from communicators.
+        comm_sets = []
+    else:
+        _init_comm = comm
+    if comm_sets:
+        job = _job_comm()
+        if job is None:
+            raise ValueError("init(comm=%r): rank %d of MPI_COMM_WORLD is not in the given ranks"
+                             % (list(comm), _world_rank()))
+        _ps._resolve_comm_sets(comm_sets, job, "init(process_sets=...)")
+        _ps._check_distinct(static)
     logger = log.configure()
     if not _atexit_registered:
         # Registered at init, after mpi4py's own exit hook (if mpi4py is imported), so ours
@@ -81,13 +95,40 @@ def init(comm=None, process_sets=None):
         # SIGKILL (exit status 9) when that rank ends before its peers.
         atexit.register(_at_exit)
         _atexit_registered = True
-    _core.init(comm_f2c, ranks, [p.ranks for p in static], dynamic)
+    _core.init(comm_f2c, ranks, [p.ranks for p in static if p.ranks is not None], dynamic)
     _ps._registered(static)
     rank_, size_, local_rank_, local_size_ = _core.topology()[:4]
     log.set_rank(rank_)
     failures.install(rank_, size_)
     logger.info("rank %d of %d (local rank %d of %d): pid %d on %s", rank_, size_, local_rank_,
                 local_size_, os.getpid(), socket.gethostname())
+
+
+_init_comm = None      # the ``comm`` given to init()
+_job_comm_cache = {}   # init(comm=[ranks]) -> its mpi4py communicator
+
+
+def _world_rank():
+    from mpi4py import MPI
+    return MPI.COMM_WORLD.Get_rank()
+
+
+def _job_comm():
+    """The job's communicator as an mpi4py object (for process sets made from mpi4py
+    communicators): COMM_WORLD, the one given to init(), or the one of init's rank list
+    (made once, by the members only; None on a rank that is not in the list)."""
+    from mpi4py import MPI
+    if _init_comm is None:
+        return MPI.COMM_WORLD
+    if not isinstance(_init_comm, (list, tuple)):
+        return _init_comm
+    key = tuple(int(r) for r in _init_comm)
+    if key not in _job_comm_cache:
+        if MPI.COMM_WORLD.Get_rank() not in key:
+            return None
+        group = MPI.COMM_WORLD.Get_group().Incl(list(key))
+        _job_comm_cache[key] = MPI.COMM_WORLD.Create_group(group)
+    return _job_comm_cache[key]
 
 
 def _at_exit():

@@ -36,11 +36,19 @@ class ProcessSet:
         self.process_set_id = None
         self.mpi_comm = None
         if hasattr(ranks_or_comm, "Get_group"):
+            # The ranks are resolved by init() / add_process_set() against the job's
+            # communicator (which need not be COMM_WORLD), from the members' communicators:
+            # a rank outside the set holds MPI.COMM_NULL (Horovod's documented
+            # Split(color=MPI.UNDEFINED) pattern) and learns the ranks from the members.
+            # Until then ``ranks`` is the COMM_WORLD ranks, or None for MPI.COMM_NULL.
             from mpi4py import MPI
             self.mpi_comm = ranks_or_comm
-            group = ranks_or_comm.Get_group()
-            ranks = MPI.Group.Translate_ranks(group, list(range(group.Get_size())),
-                                              MPI.COMM_WORLD.Get_group())
+            self.ranks = None
+            if ranks_or_comm != MPI.COMM_NULL:
+                group = ranks_or_comm.Get_group()
+                self.ranks = sorted(MPI.Group.Translate_ranks(
+                    group, list(range(group.Get_size())), MPI.COMM_WORLD.Get_group()))
+            return
         else:
             try:
                 ranks = [int(r) for r in ranks_or_comm]
@@ -157,6 +165,37 @@ def _size(process_set, what):
     raise InvalidArgumentError("%s: process set %d is not registered" % (what, pid))
 
 
+def _resolve_comm_sets(sets, job_comm, what):
+    """Gives each set made from an mpi4py communicator its ranks in the job (``job_comm``'s
+    numbering): every rank of the job calls this with the same sets, the members holding
+    the set's communicator and the others MPI.COMM_NULL; one allgather over the job tells
+    everyone the members. Raises ValueError on every rank alike when a set has no member or
+    members outside the job, or the ranks disagree."""
+    from mpi4py import MPI
+    job_group = job_comm.Get_group()
+    mine = []
+    for ps in sets:
+        if ps.mpi_comm == MPI.COMM_NULL:
+            mine.append(None)
+            continue
+        group = ps.mpi_comm.Get_group()
+        ranks = MPI.Group.Translate_ranks(group, list(range(group.Get_size())), job_group)
+        mine.append(sorted(r if r != MPI.UNDEFINED else -1 for r in ranks))
+    everyone = job_comm.allgather(mine)
+    for i, ps in enumerate(sets):
+        seen = [lst[i] for lst in everyone if lst[i] is not None]
+        if not seen:
+            raise ValueError("%s: the process set made from an MPI communicator has no member "
+                             "(MPI.COMM_NULL on every rank)" % what)
+        if any(lst != seen[0] for lst in seen):
+            raise ValueError("%s: the ranks passed different MPI communicators for one process "
+                             "set (members saw %s)" % (what, sorted(set(map(tuple, seen)))))
+        if -1 in seen[0]:
+            raise ValueError("%s: a process set's MPI communicator has ranks outside the job "
+                             "(the communicator given to hvd.init())" % what)
+        ps.ranks = list(seen[0])
+
+
 def _static(process_sets):
     """init()'s ``process_sets`` argument as (list of ProcessSet, dynamic flag)."""
     if process_sets is None:
@@ -173,16 +212,21 @@ def _static(process_sets):
         if not isinstance(ps, ProcessSet):
             ps = ProcessSet(ps)
         sets.append(ps)
+    _check_distinct([p for p in sets if p.mpi_comm is None])
+    return sets, False
+
+
+def _check_distinct(sets):
     if len(set(tuple(p.ranks) for p in sets)) != len(sets):
         raise ValueError("init(process_sets=...): the same ranks are listed in two sets")
-    return sets, False
 
 
 def _registered(sets):
     """After init: gives the static sets their ids (1, 2, ... in list order)."""
     ids = {tuple(entry[1]): entry[0] for entry in _core.process_sets()}
     for ps in sets:
-        ps.process_set_id = ids.get(tuple(ps.ranks))  # None: init() was already running
+        # None: init() was already running (or the set's ranks were not resolved then)
+        ps.process_set_id = None if ps.ranks is None else ids.get(tuple(ps.ranks))
 
 
 def add_process_set(process_set):
@@ -204,6 +248,9 @@ def add_process_set(process_set):
     if process_set.process_set_id is not None:
         raise ValueError("Attempted to add process set that has been registered before: %s"
                          % process_set)
+    if process_set.mpi_comm is not None:
+        from mxhorovod import basics
+        _resolve_comm_sets([process_set], basics._job_comm(), "add_process_set")
     process_set.process_set_id = _core.add_process_set(process_set.ranks)
     return process_set
 

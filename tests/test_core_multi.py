@@ -160,3 +160,9 @@ def test_settings_that_decide_the_mpi_calls_must_agree(np_):
 def test_refused_init_then_a_normal_exit():
     # init() refused after MPI started, rank 0 ending first: exit status 0, every rank done.
     run_ranks(3, "init_refused_exit.py", timeout=120)
+
+
+def test_process_sets_from_mpi4py_communicators():
+    # Horovod's Split pattern (MPI.COMM_NULL outside the set), at init and added later, and
+    # a set's ranks counted in the job given to init(comm=...).
+    run_ranks(4, "process_set_comms.py", timeout=240)
