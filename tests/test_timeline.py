@@ -139,6 +139,13 @@ def test_summary_of_an_unfinished_file(recorded, tmp_path):
                          capture_output=True, text=True, timeout=120, cwd=ROOT,
                          env=dict(os.environ, PYTHONPATH=ROOT))
     assert out.returncode == 2 and "is not a timeline" in out.stderr, out.stderr
+    # JSON, but not trace events (was an AttributeError traceback for the numbers).
+    for text in ('[1, 2, "x", null]', '{"traceEvents": 5}'):
+        bad.write_text(text)
+        out = subprocess.run([sys.executable, "-m", "mxhorovod.timeline", "summary", str(bad)],
+                             capture_output=True, text=True, timeout=120, cwd=ROOT,
+                             env=dict(os.environ, PYTHONPATH=ROOT))
+        assert out.returncode == 2 and "is not a timeline" in out.stderr, (text, out.stderr)
 
 
 def _row(pid, name):

@@ -72,7 +72,7 @@ def _read_events(path):
             raise ValueError("%s holds no complete trace event" % path)
     if isinstance(events, dict):  # the JSON object format: {"traceEvents": [...]}
         events = events.get("traceEvents", [])
-    if not isinstance(events, list):
+    if not isinstance(events, list) or not all(isinstance(e, dict) for e in events):
         raise ValueError("%s is not a timeline (a JSON array of trace events)" % path)
     return events
 
