@@ -94,3 +94,15 @@ def test_single_rank_exception_is_an_ordinary_one():
     proc = run(INIT + "raise KeyError('plain')\n")
     assert proc.returncode == 1 and "KeyError: 'plain'" in proc.stderr, proc.stderr
     assert "MPI_Abort" not in proc.stderr and "ending the job" not in proc.stderr, proc.stderr
+
+
+def test_mpi_started_without_thread_multiple_is_warned():
+    # mpi4py initialized MPI below MPI_THREAD_MULTIPLE: our background thread makes MPI calls
+    # beside the script's (Horovod warns too); with mpi4py's default level, no warning.
+    code = ("import mpi4py\nmpi4py.rc.thread_level = %r\nfrom mpi4py import MPI\n" + INIT +
+            "hvd.shutdown()\n")
+    proc = run(code % "single")
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"^\[0\]<warning> .*without MPI_THREAD_MULTIPLE", proc.stderr, re.M), proc.stderr
+    proc = run(code % "multiple")
+    assert proc.returncode == 0 and "MPI_THREAD_MULTIPLE" not in proc.stderr, proc.stderr

@@ -438,6 +438,13 @@ void BackgroundLoop(StartArgs args) {
   std::shared_ptr<ProcessSet> global;
   if (s.ok()) {
     ConfigureLogging(cfg.log, topo.rank);
+    if (!st.we_initialized_mpi && !st.threads_supported) {
+      // As Horovod warns: this thread makes MPI calls while the script's threads may too.
+      LogWarning("MPI was initialized before hvd.init() without MPI_THREAD_MULTIPLE (e.g. "
+                 "mpi4py.rc.thread_level): mxhorovod's background thread makes MPI calls, so "
+                 "MPI calls from the script (mpi4py) while it trains are unsafe; initialize "
+                 "MPI with MPI_THREAD_MULTIPLE (mpi4py's default) or let hvd.init() do it");
+    }
     // [timeline] HOROVOD_TIMELINE, written by rank 0 as in Horovod; started before init()
     // returns, so a start_timeline() right after init() finds it.
     if (topo.rank == 0 && !cfg.timeline.empty()) {
