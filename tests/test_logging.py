@@ -74,10 +74,18 @@ def test_bad_settings_are_refused_at_init():
             "try:\n    hvd.init()\nexcept ValueError as e:\n    print('REFUSED', e)\n")
     for var, value in (("HOROVOD_LOG_LEVEL", "verbose"), ("HOROVOD_TIMELINE_MARK_CYCLES", "maybe"),
                        ("HOROVOD_STALL_CHECK_TIME_SECONDS", "-1"), ("HOROVOD_LOG_HIDE_TIME", "2"),
-                       ("HOROVOD_STALL_CHECK_DISABLE", "sure")):
+                       ("HOROVOD_STALL_CHECK_DISABLE", "sure"), ("HOROVOD_CYCLE_TIME", "  "),
+                       ("HOROVOD_FUSION_THRESHOLD", "5 MB")):
         proc = run(code, **{var: value})
         assert proc.returncode == 0, proc.stderr
         assert "REFUSED" in proc.stdout and var in proc.stdout and value in proc.stdout, (var, proc.stdout)
+
+
+def test_numbers_with_spaces_around_are_read():
+    code = INIT + "print('CYCLE', hvd.init.__module__)\nhvd.shutdown()\n"
+    for value in (" 5", "5 ", " 5\t"):
+        proc = run(code, HOROVOD_CYCLE_TIME=value)
+        assert proc.returncode == 0 and "CYCLE" in proc.stdout, (value, proc.stderr)
 
 
 def test_unwritable_timeline_is_an_error_line_not_a_failure(tmp_path):

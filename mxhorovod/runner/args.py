@@ -21,23 +21,24 @@ the parent of mpirun and reads each rank's output through its own pipe.
 """
 
 
-def _nonnegative(kind):
+def _at_least(kind, low):
     def parse(text):
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError("%r is not a number" % text) from None
-        if value < 0:
-            raise argparse.ArgumentTypeError("%s must be >= 0" % text)
+            raise argparse.ArgumentTypeError(
+                "%r is not %s" % (text, "an integer" if kind is int else "a number")) from None
+        if value < low:
+            raise argparse.ArgumentTypeError("%s must be >= %s" % (text, low))
         return value
     return parse
 
 
-def _positive_int(text):
-    value = _nonnegative(int)(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("%s must be >= 1" % text)
-    return value
+def _nonnegative(kind):
+    return _at_least(kind, 0)
+
+
+_positive_int = _at_least(int, 1)
 
 
 class _Interfaces(argparse.Action):

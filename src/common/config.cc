@@ -11,7 +11,9 @@ double EnvNumber(const char* name, double fallback) {
   if (!v || !*v) return fallback;
   char* end = nullptr;
   double d = std::strtod(v, &end);
-  if (end == v || *end != '\0' || !(d >= 0) || d > 1e15) {  // also refuses nan and inf
+  const bool converted = end != v;
+  while (std::isspace((unsigned char)*end)) ++end;  // " 5" and "5 " alike (strtod skips leading)
+  if (!converted || *end != '\0' || !(d >= 0) || d > 1e15) {  // also refuses nan and inf
     throw std::invalid_argument(std::string(name) + "='" + v + "' is not a non-negative number");
   }
   return d;
