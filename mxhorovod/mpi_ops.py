@@ -264,10 +264,8 @@ def _allreduce(tensor, output, average, name, priority, prescale_factor, postsca
     name = _name("allreduce", name, pid)
     try:  # this rank's checks: a refusal fails the peers' call too (_refuse)
         _check_ndarray(tensor, what)
-        op = _resolve_op(op, average, what)
-        pre = _factor(prescale_factor, "prescale_factor", name)
-        post = _factor(postscale_factor, "postscale_factor", name)
-        priority = _priority(priority, name)
+        op, pre, post, priority = _reduction(op, average, prescale_factor, postscale_factor,
+                                             priority, name, what)
         if output is None:
             output = _empty_like(tensor)
     except Exception as e:
@@ -283,6 +281,12 @@ def allreduce_(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
     """In-place :func:`allreduce`: ``tensor`` receives the result; returns ``tensor``."""
     return _allreduce(tensor, tensor, average, name, priority, prescale_factor, postscale_factor,
                       op, process_set, "allreduce_")
+
+
+def _reduction(op, average, prescale_factor, postscale_factor, priority, name, what):
+    """A reduction's checked (op, prescale, postscale, priority)."""
+    return (_resolve_op(op, average, what), _factor(prescale_factor, "prescale_factor", name),
+            _factor(postscale_factor, "postscale_factor", name), _priority(priority, name))
 
 
 def _check_list(tensors, what):
@@ -313,10 +317,8 @@ def _grouped(tensors, outputs, average, name, priority, prescale_factor, postsca
     base = _name("grouped_allreduce", name, pid)
     try:  # this rank's checks: a refusal fails the peers' call too (_refuse)
         _check_list(tensors, what)
-        op = _resolve_op(op, average, what)
-        pre = _factor(prescale_factor, "prescale_factor", base)
-        post = _factor(postscale_factor, "postscale_factor", base)
-        priority = _priority(priority, base)
+        op, pre, post, priority = _reduction(op, average, prescale_factor, postscale_factor,
+                                             priority, base, what)
         if outputs is None:
             outputs = [_empty_like(t) for t in tensors]
     except Exception as e:
@@ -591,7 +593,8 @@ def grouped_reducescatter(tensors, op=Average, name=None, priority=0,
     names = [base] if single else base  # the core numbers '<base>.<i>'
     try:  # this rank's checks: a refusal fails the peers' call too (_refuse)
         _check_list(tensors, _what)
-        op = _resolve_op(op, None, _what)
+        op, pre, post, priority = _reduction(op, None, prescale_factor, postscale_factor,
+                                             priority, base, _what)
         if op not in (Average, Sum):
             raise InvalidArgumentError("%s: only hvd.Sum and hvd.Average are supported, not %s"
                                        % (_what, _OP_NAMES[op]))
@@ -599,9 +602,6 @@ def grouped_reducescatter(tensors, op=Average, name=None, priority=0,
             if t.ndim == 0:
                 raise InvalidArgumentError("%s: a 0-d array (scalar) has no dimension 0 to scatter"
                                            % _what)
-        pre = _factor(prescale_factor, "prescale_factor", base)
-        post = _factor(postscale_factor, "postscale_factor", base)
-        priority = _priority(priority, base)
     except Exception as e:
         _refuse("reducescatter", names, pid, e, _group_size(tensors))
         raise
