@@ -26,6 +26,14 @@ int Fail(const Status& s) {
   return s.code() == Status::kAborted ? -2 : -1;
 }
 
+// A refusal after the call's set is known: the same call fails on the other ranks of the set
+// too, instead of waiting for this one (SubmitRefused); returns Fail(why).
+int Refuse(const std::shared_ptr<ProcessSet>& set, OpType type, const std::vector<std::string>& names,
+           const Status& why) {
+  SubmitRefused(set, type, names, why.reason());
+  return Fail(why);
+}
+
 std::string What(OpType t, const char* name) {
   return std::string(OpTypeName(t)) + " '" + (name ? name : "") + "'";
 }
@@ -128,13 +136,11 @@ int Grouped(OpType type, void** inputs, void** outputs, int num, const Names& na
   auto op = std::make_unique<EngineOp>();
   Status s = MemberSet(process_set_id, OpTypeName(type), names.c_str(0), &op->set);
   if (!s.ok()) return Fail(s);  // not a member: the set's calls do not count this rank
-  // From here a refusal fails the call on the other ranks too (see SubmitRefused).
-  auto refuse = [&](const Status& why) {
+  auto refuse = [&](const Status& why) {  // from here the peers' call fails too (Refuse)
     std::vector<std::string> all;
     all.reserve(num);
     for (int i = 0; i < num; ++i) all.push_back(names.str(i));
-    SubmitRefused(op->set, type, all, why.reason());
-    return Fail(why);
+    return Refuse(op->set, type, all, why);
   };
   op->tensors.reserve(num);
   const bool reduces = type == OpType::kAllreduce || type == OpType::kReducescatter;
@@ -215,10 +221,7 @@ int Broadcast(void* input, void* output, const std::string& name, int root_rank,
   // passes 3); the core works with its position within the set.
   const auto& ranks = op->set->ranks;
   const auto found = std::find(ranks.begin(), ranks.end(), root_rank);
-  auto refuse = [&](const Status& why) {  // the other ranks' call fails too (SubmitRefused)
-    SubmitRefused(op->set, OpType::kBroadcast, {name}, why.reason());
-    return Fail(why);
-  };
+  auto refuse = [&](const Status& why) { return Refuse(op->set, OpType::kBroadcast, {name}, why); };
   if (found == ranks.end()) {
     return refuse(Status::InvalidArgument(What(OpType::kBroadcast, name.c_str()) + ": root_rank " +
                                           std::to_string(root_rank) + " is not a rank of " +
@@ -309,9 +312,8 @@ int MXWaitforHorovodAlltoall(MXHNDArrayHandle input, MXHNDArrayHandle output, co
   auto op = std::make_unique<EngineOp>();
   Status s = MemberSet(process_set_id, OpTypeName(OpType::kAlltoall), name, &op->set);
   if (!s.ok()) return Fail(s);
-  auto refuse = [&](const Status& why) {  // the other ranks' call fails too (SubmitRefused)
-    SubmitRefused(op->set, OpType::kAlltoall, {name ? name : ""}, why.reason());
-    return Fail(why);
+  auto refuse = [&](const Status& why) {
+    return Refuse(op->set, OpType::kAlltoall, {name ? name : ""}, why);
   };
   const int size = op->set->size;
   if (num_splits != size) {
