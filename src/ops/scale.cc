@@ -21,10 +21,25 @@ T ToInteger(long double v) {
 }
 
 // Each helper reads src and writes dst (the same pointer for in-place scaling).
+// Average alone (factor 1, divisor size): exact division in long double, truncated (exact
+// for int64 on x86; Horovod's x * (1 / size) in double gives the same below 2^53). With a
+// prescale or postscale factor: Horovod's arithmetic, x converted to double times the
+// factor (postscale / size for Average) in double, rounded to double, then truncated. An
+// exact product would expose the factor's binary rounding: 9 * 0.333...(1/3 in double) is
+// 2.9999999999999998 exactly, 3.0 once rounded to double, so the exact product truncated
+// 9 with prescale 1/3 to 2 where Horovod gives 3.
 template <typename T>
 void ScaleInt(T* dst, const T* src, int64_t n, double factor, int divisor) {
-  const long double f = factor, d = divisor;
-  for (int64_t i = 0; i < n; ++i) dst[i] = ToInteger<T>(static_cast<long double>(src[i]) * f / d);
+  if (factor == 1.0) {
+    const long double d = divisor;
+    for (int64_t i = 0; i < n; ++i) dst[i] = ToInteger<T>(static_cast<long double>(src[i]) / d);
+    return;
+  }
+  const double f = factor / divisor;
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = static_cast<double>(src[i]) * f;
+    dst[i] = ToInteger<T>(static_cast<long double>(v));
+  }
 }
 
 void ScaleHalf(_Float16* dst, const _Float16* src, int64_t n, double f) {

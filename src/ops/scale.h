@@ -12,8 +12,9 @@ namespace mxhorovod {
 
 // buf[i] = T(buf[i] * factor / divisor) for count elements (divisor: Average's size).
 // Float16 computes in float32, float32 and float64 multiply by factor/divisor; integers
-// compute in long double (exact for int64 on x86), dividing exactly, and truncate toward
-// zero, as Horovod's integer Average does. No-op when factor / divisor == 1.
+// truncate toward zero, as Horovod's: Average alone divides exactly (long double), a
+// prescale or postscale factor multiplies in double as Horovod does (x * (factor /
+// divisor), rounded to double, then truncated). No-op when factor / divisor == 1.
 void ScaleBuffer(void* buf, int64_t count, DataType dtype, double factor, int divisor = 1);
 
 // dst[i] = src[i] scaled as ScaleBuffer does, in one pass (the fusion buffer's pack and

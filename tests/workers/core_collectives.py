@@ -73,6 +73,25 @@ yi = hvd.allreduce(mx.nd.array([7, -7, 5], dtype="int32"), op=hvd.Average, name=
 close(yi.asnumpy(), np.trunc(np.array([7, -7, 5]) * n / n).astype("int32"), "int32", "int avg")
 yi = hvd.allreduce(mx.nd.array([r + 1], dtype="int32"), op=hvd.Average, name="int.avg2")
 close(yi.asnumpy(), np.array([int(sum(range(1, n + 1)) / n)], dtype="int32"), "int32", "int avg trunc")
+# Integer scaling by a factor as Horovod computes it: x as double times the factor (for
+# Average, postscale / size), rounded to double, truncated. 9 * (1/3) is 3 there; the exact
+# product of 9 and the double nearest 1/3 (2.99999999999999994...) truncated to 2 before.
+iv = np.array([621, 9, -57, 300, 3, -3])
+third = np.float64(1) / 3
+hv = lambda v, f: np.trunc(np.asarray(v, dtype=np.float64) * np.float64(f))  # noqa: E731
+for dtype in ("int32", "int64"):
+    yi = hvd.allreduce(mx.nd.array(iv, dtype=dtype), op=hvd.Sum, prescale_factor=1 / 3, name="pre3." + dtype)
+    close(yi.asnumpy(), (n * hv(iv, third)).astype(dtype), dtype, "prescale 1/3 " + dtype)
+    yi = hvd.allreduce(mx.nd.array(iv, dtype=dtype), op=hvd.Sum, postscale_factor=1 / 3, name="post3." + dtype)
+    close(yi.asnumpy(), hv(n * iv, third).astype(dtype), dtype, "postscale 1/3 " + dtype)
+    yi = hvd.allreduce(mx.nd.array(iv, dtype=dtype), op=hvd.Average, postscale_factor=0.3, name="avgp." + dtype)
+    close(yi.asnumpy(), hv(n * iv, np.float64(0.3) / n).astype(dtype), dtype, "average postscale 0.3 " + dtype)
+    yi = hvd.reducescatter(mx.nd.array(np.tile(iv[:2], n), dtype=dtype).reshape((2 * n, 1)), op=hvd.Sum,
+                           prescale_factor=1 / 3, name="rspre3." + dtype)
+    close(yi.asnumpy().ravel(), (n * hv(np.tile(iv[:2], n)[2 * r:2 * r + 2], third)).astype(dtype), dtype,
+          "reducescatter prescale 1/3 " + dtype)
+yi = hvd.allreduce(mx.nd.array([9, 12, 200], dtype="uint8"), op=hvd.Sum, prescale_factor=1 / 3, name="pre3.u8")
+close(yi.asnumpy(), (n * hv([9, 12, 200], third) % 256).astype("uint8"), "uint8", "prescale 1/3 uint8")
 # Out of the dtype's range: wrapped as integer arithmetic wraps (was a cast of an
 # out-of-range float to an integer type: undefined behaviour).
 yi = hvd.allreduce(mx.nd.array([3, 5, 0], dtype="uint8"), op=hvd.Sum, prescale_factor=-1, name="u8.neg")
