@@ -504,10 +504,8 @@ void BackgroundLoop(StartArgs args) {
   if (tuner) apply(tuner->params());
   std::string reason;
   bool stop = false;
-  int idle_cycles = 0;
   int unanswered_cycles = 0;  // cycles in a row that answered none of our pending work
   const std::chrono::duration<double, std::milli> kRetryWait(0.05);
-  constexpr int kIdleCycles = 100;
   const std::chrono::duration<double, std::milli> kIdleWait(20.0);
   while (!stop) {
     auto start = std::chrono::steady_clock::now();
@@ -534,28 +532,29 @@ void BackgroundLoop(StartArgs args) {
     }
     if (!stop) {
       // Sleep out the cycle unless new work (or shutdown) arrives: a rank with work
-      // starts negotiating at once, and its peers join as soon as theirs arrives. After
-      // kIdleCycles cycles with nothing anywhere, sleep longer (an idle rank burns no
-      // CPU): a peer that gets work waits for us only if we have none of that work
-      // ourselves, which in data-parallel training means it must wait anyway. Not with
-      // process sets: their members would wait for an idle non-member's global cycle.
+      // starts negotiating at once, and its peers join as soon as theirs arrives. A rank
+      // with nothing queued sleeps longer (kIdleWait; new work wakes it at once): a peer
+      // with work then waits for it inside the negotiation (WaitRequest: yield, then
+      // sleep) until the same work arrives here, which in data-parallel training it must
+      // do anyway. Cycling every HOROVOD_CYCLE_TIME instead (what this loop did for the
+      // first 100 idle cycles) made each burst of gradients cost the rank ahead one
+      // fruitless negotiation per cycle of its peer, each starting with a yield loop:
+      // ~50 negotiations per MNIST step on 2 ranks, and about a third of the background
+      // thread's CPU (docs/benchmarks.md, eleventh run). Not with process sets: their
+      // members would wait for an idle non-member's global cycle.
       // A rank whose submitted work is still unanswered starts the next cycle at once:
       // its peer may have submitted just after this cycle's negotiation began, and would
       // otherwise wait a whole cycle for us (seen: 1.6 ms for a 16 KiB allreduce). The
-      // next negotiation then waits in WaitRequest (yield, then sleep) for the peers.
-      // Only once, then with a pause doubling from kRetryWait up to the cycle time: a rank
-      // ahead of its peers (in backward, the peers' gradients come later) would otherwise
-      // negotiate back to back and take CPU from its own model's threads. (On this 2-core
-      // machine the effect on scaling.py was within its run-to-run noise; small-tensor and
-      // 4 KiB latency were unchanged.) New local work still wakes the thread at once.
+      // next negotiation then waits in WaitRequest for the peers. Only once, then with a
+      // pause doubling from kRetryWait up to the cycle time: a rank ahead of its peers
+      // (in backward, the peers' gradients come later) would otherwise negotiate back to
+      // back and take CPU from its own model's threads.
       bool pending = false;
       auto sets = st.sets.All();
       for (auto& set : sets) pending = pending || !set->queue.Empty();
-      const bool idle = result.responses.empty() && !pending;
-      idle_cycles = idle && sets.size() == 1 ? idle_cycles + 1 : 0;
+      const bool idle = !pending && sets.size() == 1;
       unanswered_cycles = pending && result.responses.empty() ? unanswered_cycles + 1 : 0;
-      auto wait = idle_cycles > kIdleCycles ? std::max<std::chrono::duration<double, std::milli>>(cycle, kIdleWait)
-                                            : cycle;
+      auto wait = idle ? std::max<std::chrono::duration<double, std::milli>>(cycle, kIdleWait) : cycle;
       if (pending) {
         wait = unanswered_cycles <= 1
                    ? std::chrono::duration<double, std::milli>(0)
