@@ -1,4 +1,4 @@
-"""CPU burnt by an idle rank: CPU seconds per idle second, before and after ``hvd.init()``.
+"""CPU burnt by an idle rank and by a rank waiting for a late peer, per second.
 
     python benchmarks/idle_cpu.py     # mpirun -np 2, then the same for Horovod if importable
 
@@ -8,7 +8,12 @@ the background thread is in its steady state). Per rank and per phase: the proce
 time (all threads, ``time.process_time``) per second of wall time, and the CPU time of
 the threads that ``hvd.init()`` started (from /proc/self/task/*/stat, in clock ticks), per
 second. An idle rank should burn ~0: a background thread that spins or polls MPI shows up
-as up to 1.0 (a whole core) in "library threads". Prints a table and one JSON line.
+as up to 1.0 (a whole core) in "library threads". Then a third phase, "waiting": every rank
+but the last starts an allreduce at once and the last rank starts it --seconds later (the
+rank ahead in backward, waiting for its peer's gradients): the library threads' CPU per
+second of the early ranks while they wait. It should be ~0 too: on a machine with as many
+ranks as cores, what a waiting rank burns is taken from its own model's threads. Prints a
+table and one JSON line.
 """
 import argparse
 import os
@@ -62,6 +67,21 @@ def idle(comm, seconds, library_tids=()):
                                "cpu_per_s": busiest[0] / wall}}
 
 
+def wait_for_late_peer(hvd, mx, comm, seconds, library_tids):
+    """The last rank joins an allreduce `seconds` after the others; their library CPU/s."""
+    x = mx.nd.ones((1024,))
+    late = comm.Get_rank() == comm.Get_size() - 1
+    comm.Barrier()
+    if late:
+        time.sleep(seconds)
+    th0, t0 = thread_cpu(), time.perf_counter()
+    hvd.allreduce_(x, op=hvd.Sum, name="idle.late")
+    x.wait_to_read()
+    th1, t1 = thread_cpu(), time.perf_counter()
+    lib = sum(th1[t][1] - th0[t][1] for t in library_tids if t in th0 and t in th1)
+    return None if late else {"wall_s": t1 - t0, "library_threads_cpu_per_s": lib / (t1 - t0)}
+
+
 def worker(args):
     import mxnet as mx
     from mpi4py import MPI
@@ -79,8 +99,9 @@ def worker(args):
         x.wait_to_read()
     new_tids = set(thread_cpu()) - before_tids
     after = idle(comm, args.seconds, new_tids)
+    waiting = wait_for_late_peer(hvd, mx, comm, args.seconds, new_tids)
     mine = {"rank": comm.Get_rank(), "before_init": before, "after_init": after,
-            "library_threads": len(new_tids)}
+            "waiting": waiting, "library_threads": len(new_tids)}
     ranks = comm.gather(mine, root=0)
     hvd.shutdown()
     if comm.Get_rank() != 0:
@@ -100,16 +121,21 @@ def report(results):
                          "library_threads": r["library_threads"],
                          "library_threads_cpu_per_s":
                              r["after_init"]["library_threads_cpu_per_s"],
-                         "busiest_thread": r["after_init"]["busiest_thread"]})
+                         "busiest_thread": r["after_init"]["busiest_thread"],
+                         "waiting_library_threads_cpu_per_s":
+                             (r.get("waiting") or {}).get("library_threads_cpu_per_s")})
     common.print_table(
         ["run", "rank", "CPU s/s before init", "CPU s/s after init", "library threads",
-         "their CPU s/s", "busiest thread after init"],
+         "their CPU s/s", "busiest thread after init", "their CPU s/s waiting for a peer"],
         [[common.label(r), r["rank"], "%.4f" % r["before_init_cpu_per_s"],
           "%.4f" % r["after_init_cpu_per_s"], r["library_threads"],
           "%.4f" % r["library_threads_cpu_per_s"],
-          "%s %.4f" % (r["busiest_thread"]["name"], r["busiest_thread"]["cpu_per_s"])]
+          "%s %.4f" % (r["busiest_thread"]["name"], r["busiest_thread"]["cpu_per_s"]),
+          "-" if r["waiting_library_threads_cpu_per_s"] is None
+          else "%.4f" % r["waiting_library_threads_cpu_per_s"]]
          for r in rows],
-        title="an idle rank's CPU seconds per wall second (1.0 = one core busy)")
+        title="an idle (or waiting) rank's CPU seconds per wall second (1.0 = one core busy); "
+              "the last rank is the late one")
     common.print_failures(results)
     return common.emit("idle_cpu", rows, errors=common.errors_of(results))
 

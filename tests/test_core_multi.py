@@ -1,5 +1,8 @@
 """Multi-rank tests of the core: every worker asserts its values on its own rank and prints
 RANK <r> OK; run_ranks fails the test on a missing rank, a non-zero exit or a timeout."""
+import os
+import time
+
 import pytest
 
 from mpirun import run_ranks
@@ -166,3 +169,24 @@ def test_process_sets_from_mpi4py_communicators():
     # Horovod's Split pattern (MPI.COMM_NULL outside the set), at init and added later, and
     # a set's ranks counted in the job given to init(comm=...).
     run_ranks(4, "process_set_comms.py", timeout=240)
+
+
+def _bells():
+    return {f for f in os.listdir("/dev/shm") if f.startswith("mxhorovod-bell-")} \
+        if os.path.isdir("/dev/shm") else set()
+
+
+@pytest.mark.parametrize("case,np_", [("default", 2), ("default", 3), ("default", 4), ("off1", 2)])
+def test_doorbell_waits_wake_whoever_is_late(case, np_):
+    before = _bells()
+    proc = run_ranks(np_, "doorbell.py", [case], timeout=240, env={"HOROVOD_LOG_LEVEL": "debug"})
+    on = "doorbell: every rank of the job can wake every other"
+    lines = [l for l in proc.stdout.splitlines() if "doorbell: " in l]
+    assert len(lines) == np_, proc.stdout[-3000:]
+    assert all((on in l) == (case == "default") for l in lines), lines
+    # The file is unlinked once every rank has mapped it: nothing is left in /dev/shm (a
+    # name seen here may be another job's, between its creation and unlinking: look twice).
+    left = _bells() - before
+    if left:
+        time.sleep(2)
+        assert not (_bells() & left), left

@@ -39,6 +39,7 @@ Config Config::FromEnv() {
   const char* blocking = std::getenv("MXHOROVOD_BLOCKING_DATA");
   if (blocking && *blocking) c.blocking_data = EnvBool("MXHOROVOD_BLOCKING_DATA", false) ? 1 : 0;
   c.cma = EnvBool("MXHOROVOD_CMA", c.cma);
+  c.doorbell = EnvBool("MXHOROVOD_DOORBELL", c.doorbell);
   c.cma_min_bytes = (int64_t)EnvNumber("MXHOROVOD_CMA_MIN_BYTES", (double)c.cma_min_bytes);
   c.autotune = EnvBool("HOROVOD_AUTOTUNE", false);
   // Read here, not when the tuner starts on the background thread: a bad value is a

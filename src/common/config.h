@@ -27,6 +27,7 @@ struct Config {
   // MXHOROVOD_CMA: allreduce by cross-memory attach when all ranks share a host (ops/cma_backend.h);
   // MXHOROVOD_CMA_MIN_BYTES: smaller buffers go through MPI.
   bool cma = true;
+  bool doorbell = true;                       // MXHOROVOD_DOORBELL: waits sleep on a futex in /dev/shm
   int64_t cma_min_bytes = 64ll << 10;
   bool hierarchical_allreduce = false;        // HOROVOD_HIERARCHICAL_ALLREDUCE (> 0: on)
   std::string timeline;                       // HOROVOD_TIMELINE: file written by rank 0

@@ -490,6 +490,11 @@ void BackgroundLoop(StartArgs args) {
   }
   if (cfg.blocking_data >= 0) policy.blocking_data = cfg.blocking_data != 0;
   SetWaitPolicy(policy);
+  LogDebug(std::string("doorbell: ") +
+           (OpenDoorbell(comm, hc.local, cfg.doorbell)
+                ? "every rank of the job can wake every other"
+                : "not on every rank of the job (another host, MXHOROVOD_DOORBELL=0 or no "
+                  "/dev/shm): waits sleep on timers where it is missing"));
   Config live = cfg;  // the autotuner changes it while running
   auto cycle = std::chrono::duration<double, std::milli>(cfg.cycle_time_ms);
   std::unique_ptr<Autotuner> tuner;
@@ -584,6 +589,7 @@ void BackgroundLoop(StartArgs args) {
     FailEntries(std::move(left), why);
     set->Close();  // frees comm for the global set
   }
+  CloseDoorbell();
   FreeComms({&hc.local, &hc.cross});
   Timeline::Get().Stop();  // [timeline] the closing bracket, whoever stopped the loop
 }

@@ -19,22 +19,26 @@ constexpr int64_t kScratchBytes = 256 << 10;  // a piece of a peer's block: fits
 constexpr size_t kMaxIov = 1024;              // IOV_MAX: iovecs per process_vm_readv
 
 // The wait policy of the data plane (mpi_wait.h): MPI's blocking call, or the nonblocking
-// one waited on with yield-then-sleep.
+// one waited on with yield-then-sleep. These handshakes are small: with a doorbell on every
+// rank, the nonblocking call always (a rank ahead of its peer sleeps until the peer rings,
+// where MPICH's blocking call would poll and yield, taking CPU from its model's threads).
+bool Blocking() { return GetWaitPolicy().blocking_data && !DoorbellEverywhere(); }
+
 Status Barrier(MPI_Comm comm) {
-  if (GetWaitPolicy().blocking_data) return CheckMPI(MPI_Barrier(comm), "MPI_Barrier");
+  if (Blocking()) return CheckMPI(MPI_Barrier(comm), "MPI_Barrier");
   MPI_Request req;
   auto s = CheckMPI(MPI_Ibarrier(comm, &req), "MPI_Ibarrier");
-  return s.ok() ? WaitRequest(&req, "MPI_Ibarrier") : s;
+  return s.ok() ? WaitRequest(&req, "MPI_Ibarrier", WaitFor::kSmall) : s;
 }
 
 Status AllgatherBytes(const void* mine, int bytes, void* all, MPI_Comm comm) {
-  if (GetWaitPolicy().blocking_data) {
+  if (Blocking()) {
     return CheckMPI(MPI_Allgather(mine, bytes, MPI_BYTE, all, bytes, MPI_BYTE, comm), "MPI_Allgather");
   }
   MPI_Request req;
   auto s = CheckMPI(MPI_Iallgather(mine, bytes, MPI_BYTE, all, bytes, MPI_BYTE, comm, &req),
                  "MPI_Iallgather");
-  return s.ok() ? WaitRequest(&req, "MPI_Iallgather") : s;
+  return s.ok() ? WaitRequest(&req, "MPI_Iallgather", WaitFor::kSmall) : s;
 }
 
 // The job's ranks (ranks[r] for rank r of the communicator) whose flag is `want`.

@@ -1,15 +1,56 @@
 #include "mpi_wait.h"
 
+#include <fcntl.h>
+#include <linux/futex.h>
 #include <sched.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <climits>
+#include <cstring>
 #include <string>
 
 namespace mxhorovod {
 namespace {
+
+// The doorbell of one host, in a page of /dev/shm mapped by each of its ranks: `seq` is the
+// futex word (every ring adds one), `sleepers` counts the ranks in FUTEX_WAIT so that a ring
+// with nobody asleep costs no system call. Lock-free atomics are address-free, so they work
+// between processes (C++ [atomics.lockfree]).
+struct Bell {
+  std::atomic<uint32_t> seq;
+  std::atomic<uint32_t> sleepers;
+};
+static_assert(std::atomic<uint32_t>::is_always_lock_free, "the doorbell needs lock-free atomics");
+constexpr size_t kBellBytes = 4096;
+constexpr int kWakeSpins = 8;  // test + yield rounds after being rung, before sleeping again
+constexpr int kRingBacks = 2;  // rings after a test that follows a wake (a handshake's next
+                               // step); more would let two ranks waiting for a third wake
+                               // each other in turn
+
 WaitPolicy g_policy;
+Bell* g_bell = nullptr;
+bool g_bell_everywhere = false;
+
+void FutexWait(std::atomic<uint32_t>* word, uint32_t seen, long us) {
+  timespec ts{us / 1000000, (us % 1000000) * 1000};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, seen, &ts, nullptr, 0);
 }
+
+// Rings: wakes every rank of this host asleep on the bell. Returns seq before the ring.
+uint32_t Ring(Bell* bell) {
+  uint32_t before = bell->seq.fetch_add(1);
+  if (bell->sleepers.load() > 0) {
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&bell->seq), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+  }
+  return before;
+}
+
+}  // namespace
 
 void SetWaitPolicy(const WaitPolicy& p) { g_policy = p; }
 const WaitPolicy& GetWaitPolicy() { return g_policy; }
@@ -26,20 +67,101 @@ Status CheckMPI(int rc, const char* what) {
   return Status::UnknownError(std::string("MPI error in ") + what + ": " + MPIErrorString(rc));
 }
 
-Status WaitRequest(MPI_Request* req, const char* what) {
-  int done = 0;
-  long sleep_ns = 10000;
+bool OpenDoorbell(MPI_Comm comm, MPI_Comm local, bool enabled) {
+  CloseDoorbell();
+  int local_rank = 0, local_size = 1, size = 1;
+  MPI_Comm_rank(local, &local_rank);
+  MPI_Comm_size(local, &local_size);
+  MPI_Comm_size(comm, &size);
+  // Local rank 0 makes the file and names it to the others; it is unlinked once all have
+  // mapped it (the mappings outlive the name), so nothing is left behind.
+  char path[64] = {0};
+  int fd = -1;
+  if (local_rank == 0 && enabled) {
+    std::strcpy(path, "/dev/shm/mxhorovod-bell-XXXXXX");
+    fd = mkstemp(path);
+    if (fd < 0 || ftruncate(fd, kBellBytes) != 0) path[0] = 0;
+  }
+  MPI_Bcast(path, sizeof(path), MPI_CHAR, 0, local);
+  if (local_rank != 0 && path[0]) fd = open(path, O_RDWR);
+  void* p = MAP_FAILED;
+  if (fd >= 0 && path[0]) p = mmap(nullptr, kBellBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (fd >= 0) close(fd);
+  int ok = enabled && p != MAP_FAILED, all_ok = 0;
+  MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, local);  // also: everyone has mapped it
+  if (local_rank == 0 && path[0]) unlink(path);
+  if (!all_ok) {
+    if (p != MAP_FAILED) munmap(p, kBellBytes);
+    p = MAP_FAILED;
+  }
+  int everywhere = all_ok && local_size == size, all_everywhere = 0;
+  MPI_Allreduce(&everywhere, &all_everywhere, 1, MPI_INT, MPI_MIN, comm);
+  g_bell = p == MAP_FAILED ? nullptr : static_cast<Bell*>(p);  // a fresh file reads as zeros
+  g_bell_everywhere = g_bell && all_everywhere;
+  return g_bell_everywhere;
+}
+
+bool DoorbellEverywhere() { return g_bell_everywhere; }
+
+void CloseDoorbell() {
+  if (g_bell) munmap(g_bell, kBellBytes);
+  g_bell = nullptr;
+  g_bell_everywhere = false;
+}
+
+// Rounds [0, spin_until) test and yield; later rounds test and sleep, on the doorbell when
+// there is one (a ring ends the sleep) or on a timer, the pause doubling from 10 us to the
+// cap. The first test (our part of the collective is under way: MPI_Test progressed its
+// first step) and the completing one ring the bell, so peers waiting for them wake.
+Status WaitRequest(MPI_Request* req, const char* what, WaitFor kind) {
+  Bell* bell = g_bell;
+  const long cap = kind == WaitFor::kSmall && g_bell_everywhere
+                       ? std::max(g_policy.bell_sleep_us, g_policy.max_sleep_us)
+                       : g_policy.max_sleep_us;
+  int spin_until = g_policy.spins;
+  int ring_backs = kRingBacks;
+  bool ring = true;
+  long sleep_us = 10;
   for (int round = 0;; ++round) {
+    const bool sleeper = bell && round >= spin_until;
+    uint32_t seen = 0;
+    if (sleeper) {
+      bell->sleepers.fetch_add(1);
+      seen = bell->seq.load();
+    }
+    int done = 0;
     int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) return CheckMPI(rc, what);
-    if (done) return Status::OK();
-    if (round < g_policy.spins) {
+    if (bell && (ring || done)) {
+      // Our own ring must not end our sleep; a peer's ring since `seen` must.
+      if (Ring(bell) == seen) ++seen;
+    }
+    ring = false;
+    if (rc != MPI_SUCCESS || done) {
+      if (sleeper) bell->sleepers.fetch_sub(1);
+      return CheckMPI(rc, what);
+    }
+    if (round < spin_until) {
       sched_yield();
       continue;
     }
-    timespec ts{0, sleep_ns};
-    nanosleep(&ts, nullptr);
-    sleep_ns = std::min<long>(sleep_ns * 2, 1000L * g_policy.max_sleep_us);
+    if (!bell) {
+      timespec ts{0, sleep_us * 1000};
+      nanosleep(&ts, nullptr);
+      sleep_us = std::min<long>(sleep_us * 2, cap);
+      continue;
+    }
+    FutexWait(&bell->seq, seen, sleep_us);
+    bell->sleepers.fetch_sub(1);
+    if (bell->seq.load() != seen) {  // rung: a peer moved; look again at once, briefly
+      spin_until = round + 1 + kWakeSpins;
+      sleep_us = 10;
+      if (ring_backs > 0) {
+        --ring_backs;
+        ring = true;
+      }
+    } else {
+      sleep_us = std::min<long>(sleep_us * 2, cap);
+    }
   }
 }
 

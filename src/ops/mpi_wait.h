@@ -1,6 +1,10 @@
 // Waiting on a nonblocking MPI request without burning a core: MPICH's blocking calls poll
 // at full speed, which starves the model's threads (and the other ranks when there are more
 // ranks than cores). We test, yield a few times, then sleep with a growing, capped pause.
+// The sleep is on a doorbell shared by the ranks of one host (a futex word in /dev/shm):
+// a rank that starts or finishes its part of a collective rings it, so a peer waiting for
+// that part wakes at once instead of at the end of its pause, and a rank that waits long for
+// a late peer (the rank ahead in backward) wakes rarely.
 #ifndef MXHOROVOD_OPS_MPI_WAIT_H_
 #define MXHOROVOD_OPS_MPI_WAIT_H_
 
@@ -13,17 +17,33 @@ namespace mxhorovod {
 struct WaitPolicy {
   int spins = 64;           // MPI_Test + sched_yield rounds before the first sleep
   int max_sleep_us = 200;   // cap of the exponential pause
+  // Cap for small control messages (negotiation, handshakes) when every rank of the job
+  // can ring every other one (one host, doorbell open everywhere): a ring ends the pause,
+  // so the cap only bounds a missed ring (a step of a multi-round algorithm).
+  int bell_sleep_us = 1000;
   // Data-plane calls (after negotiation every rank is there): MPI's blocking calls, which
   // poll at full speed and reach mpi4py's speed. Off when ranks outnumber cores: a polling
   // rank would then steal the core of the peer it waits for.
   bool blocking_data = true;
 };
 
+// What a wait is for: kSmall is a message of at most a few KiB that MPI sends eagerly
+// (negotiation, handshakes), which may use bell_sleep_us; kData anything else.
+enum class WaitFor { kData, kSmall };
+
 // Sets the policy for this process (before the background thread starts).
 void SetWaitPolicy(const WaitPolicy& p);
 const WaitPolicy& GetWaitPolicy();
+// Opens this host's doorbell: collective over `comm` (every rank of the job) and `local`
+// (the ranks of this host). Without /dev/shm (or if any rank of the host fails) the waits
+// sleep on timers alone. `enabled` false (MXHOROVOD_DOORBELL=0) on any rank of a host keeps
+// it off on that host. Returns whether every rank of the job can ring every other (one
+// host, all opened): DoorbellEverywhere().
+bool OpenDoorbell(MPI_Comm comm, MPI_Comm local, bool enabled);
+bool DoorbellEverywhere();
+void CloseDoorbell();
 // Waits for *req; `what` names the operation in the error if MPI reports one.
-Status WaitRequest(MPI_Request* req, const char* what);
+Status WaitRequest(MPI_Request* req, const char* what, WaitFor kind = WaitFor::kData);
 // MPI's error text for a return code.
 std::string MPIErrorString(int code);
 // OK for MPI_SUCCESS, else "MPI error in <what>: <MPI's text>" (the data plane's wording).
