@@ -9,10 +9,13 @@ than one rank, ``init()`` installs:
   ``[1]<error> ... mxhorovod: rank 1 (pid 4242 on host) failed with an unhandled
   ValueError; ending the job (MPI_Abort)``, the usual traceback follows, and then
   ``MPI_Abort`` ends every rank with a non-zero exit code (what ``python -m mpi4py``
-  does, and what Horovod users expect from mpirun);
+  does, and what Horovod users expect from mpirun); in a child that the rank forked
+  (``os.fork()``) only the usual traceback, and only that process ends;
 - fatal-signal reports (the core's job_abort.h): SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT,
   and SIGTERM when the script does not handle it, print the same kind of line before the
-  process dies of the signal. SIGKILL cannot be caught, and MPICH's banner may name the pid
+  process dies of the signal (in a child forked by the rank, a DataLoader worker, a line
+  naming it a process forked by the rank, and nothing for SIGTERM, with which a worker
+  pool ends its workers). SIGKILL cannot be caught, and MPICH's banner may name the pid
   of a rank it killed while cleaning up instead of the killed one: run the ranks under
   ``mxhorovod/rank_guard.py`` (a parent that waits for the rank and names it) to have it
   named; ``HOROVOD_LOG_LEVEL=info`` also logs each rank's pid at ``init()``.
@@ -31,11 +34,17 @@ from mxhorovod.log import get_logger
 
 __all__ = ["install"]
 
-_state = {"installed": False, "rank": None, "previous": None}
+_state = {"installed": False, "rank": None, "previous": None, "pid": None}
 
 
 def _excepthook(exc_type, exc, tb):
     previous = _state["previous"] or sys.__excepthook__
+    if os.getpid() != _state["pid"]:
+        # A child forked after init() (os.fork()) is not the rank: its exception ends that
+        # process only, as without mxhorovod (MPI_Abort from it ended the whole job, and
+        # the log line named the child's pid as the rank's).
+        previous(exc_type, exc, tb)
+        return
     try:
         get_logger().error("rank %s (pid %d on %s) failed with an unhandled %s; ending the job "
                            "(MPI_Abort)", _state["rank"], os.getpid(), socket.gethostname(),
@@ -57,6 +66,7 @@ def install(rank, size):
     if size < 2:
         return
     _state["rank"] = rank
+    _state["pid"] = os.getpid()
     _core.install_signal_reports(rank)
     if not _state["installed"]:
         _state["previous"] = sys.excepthook

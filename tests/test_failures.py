@@ -97,6 +97,20 @@ def test_a_child_forked_after_init_exits_without_stopping_the_parent():
     run_ranks(2, "exit_order.py", ["fork"], timeout=120)
 
 
+def test_a_forked_child_that_fails_ends_alone_and_is_not_called_the_rank():
+    # A DataLoader's pool ends its workers by SIGTERM: each printed "rank 1 (pid <the
+    # rank's>) got SIGTERM; it dies of it and the launcher ends the job". An unhandled
+    # exception in a child called MPI_Abort and ended the job.
+    out = run_ranks(2, "exit_order.py", ["fork_failures"], timeout=120).stdout
+    assert "SIGTERM" not in out, out
+    assert "MPI_Abort" not in out and "failed with an unhandled" not in out, out
+    for r in range(2):
+        assert "child of rank %d fails" % r in out, out
+        assert "[%d]<error> mxhorovod: a process forked by rank %d (pid" % (r, r) in out, out
+        assert "got SIGSEGV; that process dies of it" in out, out
+    assert "mxhorovod: rank 0 (pid" not in out and "mxhorovod: rank 1 (pid" not in out, out
+
+
 def test_an_exit_does_not_wait_for_a_collective_no_peer_will_call():
     run_ranks(2, "exit_order.py", ["peer_blocked"], timeout=120,
               env={"HOROVOD_STALL_CHECK_TIME_SECONDS": "2"})

@@ -25,18 +25,34 @@ struct Report {
   bool installed;
   char line[320];        // prepared outside the handler: write(2) is all the handler does
   size_t len;
+  char child_line[320];  // the same for a process forked by the rank (a DataLoader worker)
+  size_t child_len;
 };
 
 Report g_reports[] = {
-    {SIGSEGV, "SIGSEGV", false, {}, false, {0}, 0}, {SIGBUS, "SIGBUS", false, {}, false, {0}, 0},
-    {SIGFPE, "SIGFPE", false, {}, false, {0}, 0},   {SIGILL, "SIGILL", false, {}, false, {0}, 0},
-    {SIGABRT, "SIGABRT", false, {}, false, {0}, 0}, {SIGTERM, "SIGTERM", true, {}, false, {0}, 0},
+    {SIGSEGV, "SIGSEGV", false, {}, false, {0}, 0, {0}, 0},
+    {SIGBUS, "SIGBUS", false, {}, false, {0}, 0, {0}, 0},
+    {SIGFPE, "SIGFPE", false, {}, false, {0}, 0, {0}, 0},
+    {SIGILL, "SIGILL", false, {}, false, {0}, 0, {0}, 0},
+    {SIGABRT, "SIGABRT", false, {}, false, {0}, 0, {0}, 0},
+    {SIGTERM, "SIGTERM", true, {}, false, {0}, 0, {0}, 0},
 };
+
+pid_t g_rank_pid = 0;  // the rank's process; a forked child inherits the handlers
 
 void OnFatalSignal(int sig, siginfo_t* info, void* context) {
   for (auto& r : g_reports) {
     if (r.sig != sig) continue;
-    if (r.len) {
+    // getpid() is async-signal-safe. A child forked after init() (a DataLoader worker, which
+    // its pool ends with SIGTERM as a matter of course) is not the rank: it must not claim
+    // that the rank dies and the launcher ends the job. SIGTERM there is silent; the fatal
+    // signals say which process it was.
+    if (getpid() != g_rank_pid) {
+      if (r.child_len && !r.only_if_default) {
+        ssize_t ignored = ::write(2, r.child_line, r.child_len);
+        (void)ignored;
+      }
+    } else if (r.len) {
       ssize_t ignored = ::write(2, r.line, r.len);
       (void)ignored;
     }
@@ -59,14 +75,20 @@ void OnFatalSignal(int sig, siginfo_t* info, void* context) {
 void PrepareLines(int rank) {
   char host[128] = {0};
   gethostname(host, sizeof(host) - 1);
+  g_rank_pid = getpid();
   for (auto& r : g_reports) {
-    r.len = 0;
+    r.len = r.child_len = 0;
     if (!LogEnabled(LogLevel::kError)) continue;
     int n = std::snprintf(r.line, sizeof(r.line),
                           "[%d]<error> mxhorovod: rank %d (pid %d on %s) got %s; it dies of it "
                           "and the launcher ends the job\n",
-                          rank, rank, (int)getpid(), host, r.name);
+                          rank, rank, (int)g_rank_pid, host, r.name);
     r.len = n > 0 ? std::min<size_t>((size_t)n, sizeof(r.line) - 1) : 0;
+    n = std::snprintf(r.child_line, sizeof(r.child_line),
+                      "[%d]<error> mxhorovod: a process forked by rank %d (pid %d on %s) got %s; "
+                      "that process dies of it\n",
+                      rank, rank, (int)g_rank_pid, host, r.name);
+    r.child_len = n > 0 ? std::min<size_t>((size_t)n, sizeof(r.child_line) - 1) : 0;
   }
 }
 

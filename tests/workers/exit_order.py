@@ -9,6 +9,10 @@ last_step: a DistributedTrainer loop whose last step() returns before its collec
 fork: os.fork() after init(); a collective in the child raises (it hung), the child exits
     normally (its exit must not join the parent's background thread, which it does not
     have: that hung) and the parent goes on with collectives.
+fork_failures: children forked after init() end by SIGTERM (as a DataLoader's worker pool
+    ends its workers), by an unhandled exception, and by SIGSEGV: only the child ends (the
+    exception and SIGSEGV were MPI_Abort / a line claiming the rank died: the exception in
+    a child ended the whole job); the test checks the lines printed.
 peer_blocked: rank 0 exits with a collective pending that no peer calls, while the peers
     are blocked in another: the exit stops waiting once nothing completes.
 Prints RANK <r> OK."""
@@ -57,6 +61,39 @@ elif mode == "fork":
         sys.exit(0)  # a normal exit: the atexit handlers run in the child
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    for i in range(3):
+        got = hvd.allreduce(mx.nd.ones((2,)) * r, op=hvd.Sum, name="post%d" % i).asnumpy()
+        assert got[0] == n * (n - 1) / 2, got
+elif mode == "fork_failures":
+    import signal
+
+    def child(body):
+        pid = os.fork()
+        if pid == 0:
+            body()
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        return status
+
+    def wait_for_term():
+        time.sleep(60)
+
+    pid = os.fork()
+    if pid == 0:
+        wait_for_term()
+        os._exit(0)
+    time.sleep(0.3)
+    os.kill(pid, signal.SIGTERM)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM, status
+
+    def fail():
+        raise RuntimeError("child of rank %d fails" % r)
+    status = child(fail)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 1, status
+
+    status = child(lambda: os.kill(os.getpid(), signal.SIGSEGV))
+    assert status != 0, status  # MXNet's own handler, run after ours, exits with 255
     for i in range(3):
         got = hvd.allreduce(mx.nd.ones((2,)) * r, op=hvd.Sum, name="post%d" % i).asnumpy()
         assert got[0] == n * (n - 1) / 2, got
