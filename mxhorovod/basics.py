@@ -193,12 +193,21 @@ def is_initialized():
     return _core.is_initialized()
 
 
+def _not_initialized(what=None):
+    """The message of a call made when mxhorovod is not running: never initialized, or
+    stopped (a peer's shutdown, a stall): then the reason, without the advice to call
+    init() (the script did; a peer that finished its steps first stopped it)."""
+    head = "%s: " % what if what else ""
+    reason = _core.stop_reason()
+    if reason:
+        return head + "Horovod is not initialized any more (stopped: %s)" % reason
+    return head + "Horovod has not been initialized; use hvd.init()."
+
+
 def _topology():
     topo = _core.topology()
     if topo[0] < 0:
-        reason = _core.stop_reason()
-        raise ValueError("Horovod has not been initialized; use hvd.init()." +
-                         (" (stopped: %s)" % reason if reason else ""))
+        raise ValueError(_not_initialized())
     return topo
 
 

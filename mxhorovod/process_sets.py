@@ -159,9 +159,8 @@ def _size(process_set, what):
         if entry[0] == pid:
             return entry[4]
     if pid == 0:
-        reason = _core.stop_reason()  # a peer's shutdown or a stall stopped it: say so
-        raise ValueError("%s: Horovod has not been initialized; use hvd.init()." % what +
-                         (" (stopped: %s)" % reason if reason else ""))
+        from mxhorovod.basics import _not_initialized
+        raise ValueError(_not_initialized(what))  # a peer's shutdown or a stall: says so
     raise InvalidArgumentError("%s: process set %d is not registered" % (what, pid))
 
 

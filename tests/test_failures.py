@@ -111,6 +111,12 @@ def test_a_forked_child_that_fails_ends_alone_and_is_not_called_the_rank():
     assert "mxhorovod: rank 0 (pid" not in out and "mxhorovod: rank 1 (pid" not in out, out
 
 
+@pytest.mark.parametrize("np_", [2, 3])
+def test_a_step_after_a_peer_finished_names_the_reason(np_):
+    # Was "Horovod has not been initialized; use hvd.init(). (stopped: ...)".
+    run_ranks(np_, "exit_order.py", ["extra_step"], timeout=120)
+
+
 def test_an_exit_does_not_wait_for_a_collective_no_peer_will_call():
     run_ranks(2, "exit_order.py", ["peer_blocked"], timeout=120,
               env={"HOROVOD_STALL_CHECK_TIME_SECONDS": "2"})

@@ -13,6 +13,9 @@ fork_failures: children forked after init() end by SIGTERM (as a DataLoader's wo
     ends its workers), by an unhandled exception, and by SIGSEGV: only the child ends (the
     exception and SIGSEGV were MPI_Abort / a line claiming the rank died: the exception in
     a child ended the whole job); the test checks the lines printed.
+extra_step: the ranks other than 0 run one DistributedTrainer step more than rank 0 (uneven
+    data): that step fails with the reason (a peer shut down), not the advice to call
+    hvd.init() that the message gave before it.
 peer_blocked: rank 0 exits with a collective pending that no peer calls, while the peers
     are blocked in another: the exit stops waiting once nothing completes.
 Prints RANK <r> OK."""
@@ -97,6 +100,26 @@ elif mode == "fork_failures":
     for i in range(3):
         got = hvd.allreduce(mx.nd.ones((2,)) * r, op=hvd.Sum, name="post%d" % i).asnumpy()
         assert got[0] == n * (n - 1) / 2, got
+elif mode == "extra_step":
+    net = gluon.nn.Dense(1, in_units=1)
+    net.initialize(mx.init.One())
+    trainer = hvd.DistributedTrainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    steps = 3 if r == 0 else 4
+    try:
+        for s in range(steps):
+            if s == 3:
+                while hvd.is_initialized():  # rank 0 has left (its exit shut it down)
+                    time.sleep(0.01)
+            with autograd.record():
+                loss = net(mx.nd.ones((1, 1))).sum()
+            loss.backward()
+            trainer.step(1)
+            mx.nd.waitall()
+        assert r == 0, "the extra step ran"
+    except ValueError as e:
+        assert r != 0 and s == 3, (r, s, e)
+        msg = str(e)
+        assert "stopped: a peer rank shut down" in msg and "use hvd.init()" not in msg, msg
 elif mode == "peer_blocked":
     # Rank 0 calls a collective no peer ever calls, then exits normally; the peers are
     # blocked in another one. The exit gives up waiting once nothing completes (here after
