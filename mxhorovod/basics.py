@@ -152,7 +152,18 @@ def _at_exit():
 def shutdown():
     """Stop mxhorovod on this process and, with it, on every rank of the job (Horovod's
     semantics): operations still pending on any rank fail with an error that names them.
-    Safe to call twice or before ``init``."""
+    Safe to call twice or before ``init``.
+
+    First, as at the end of the process, the collectives this rank has called are let run
+    (while they keep completing; at most 10 s, or the stall check time if shorter, without
+    one completing): a training loop's last ``step()`` returns before its collectives have
+    run, and a script ending with ``hvd.shutdown()`` failed that step on every rank (its
+    own "did not run: mxhorovod is not running", the peers' "a peer rank shut down", as
+    Horovod's "Horovod has been shut down")."""
+    if _core.is_initialized() and not _core.wait_local_work():
+        logging.getLogger("mxhorovod").warning(
+            "shutdown(): collectives called on this rank stopped completing (none for 10 s, "
+            "or the stall check time); stopping anyway (their peers get an error)")
     _core.shutdown()
 
 

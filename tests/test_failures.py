@@ -93,6 +93,12 @@ def test_a_rank_that_finishes_first_lets_its_last_collectives_run(np_):
     run_ranks(np_, "exit_order.py", ["last_step"], timeout=120)
 
 
+@pytest.mark.parametrize("np_", [2, 3])
+def test_shutdown_right_after_the_last_step_lets_its_collectives_run(np_):
+    # A script ending with hvd.shutdown() failed its last step on every rank.
+    run_ranks(np_, "exit_order.py", ["shutdown_after_last_step"], timeout=120)
+
+
 def test_a_child_forked_after_init_exits_without_stopping_the_parent():
     run_ranks(2, "exit_order.py", ["fork"], timeout=120)
 

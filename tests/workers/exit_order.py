@@ -1,5 +1,9 @@
 """How a rank's exit meets its peers' work. Modes:
 
+shutdown_after_last_step: as last_step, but every rank calls hvd.shutdown() right after its
+    loop (rank 1 starts its last step 0.3 s late) and then checks its weights: shutdown()
+    lets this rank's called collectives run first, as the exit does (the last step failed on
+    every rank: "did not run: mxhorovod is not running" / "a peer rank shut down").
 last_step: a DistributedTrainer loop whose last step() returns before its collectives ran;
     the ranks other than rank 0 exit right after it, while rank 0 starts its last step
     0.3 s later and then checks its weights. Every rank's exit must first let its called
@@ -33,19 +37,22 @@ mode = sys.argv[1]
 hvd.init()
 r, n = hvd.rank(), hvd.size()
 
-if mode == "last_step":
+if mode in ("last_step", "shutdown_after_last_step"):
     net = gluon.nn.Dense(1, in_units=1, use_bias=False)
     net.initialize(mx.init.One())
     trainer = hvd.DistributedTrainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
     steps = 5
+    late = 0 if mode == "last_step" else 1
     for s in range(steps):
-        if r == 0 and s == steps - 1:
+        if r == late and s == steps - 1:
             time.sleep(0.3)
         with autograd.record():
             loss = net(mx.nd.ones((1, 1)) * (r + 1)).sum()
         loss.backward()
         trainer.step(1)
-    if r == 0:
+    if mode == "shutdown_after_last_step":
+        hvd.shutdown()
+    if r == 0 or mode == "shutdown_after_last_step":
         got = net.weight.data().asnumpy()[0, 0]
         want = 1 - steps * 0.1 * np.mean(np.arange(1, n + 1))
         assert abs(got - want) < 1e-5, (got, want)
