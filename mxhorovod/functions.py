@@ -5,6 +5,7 @@ ParameterDict, or Module's ``arg_params``/``aux_params`` dicts); ``broadcast_obj
 ``allgather_object`` move any picklable Python object (epoch number, optimizer states,
 metrics) between ranks. All are collective: every rank must call them, in the same order.
 """
+import hashlib
 import pickle
 import types
 
@@ -58,6 +59,42 @@ def _broadcast_after_deferred_init(param, root_rank, name):
     param._init_impl = types.MethodType(init_then_broadcast, param)
 
 
+def _check_same_keys(keys, prefix):
+    """Raises ValueError on every rank unless every rank passed the same keys.
+
+    The broadcasts are named by key: a key that some ranks lack leaves the others waiting
+    for it forever (the stall warning every minute was the only sign). The usual cause:
+    Gluon names blocks from per-process counters (dense0_, dense1_, ...), so a block made
+    on some ranks only before the net (a rank-0 helper) shifts the net's names there. One
+    small allgather (a digest of the keys); the lists themselves only when they differ."""
+    digest = hashlib.blake2b("\0".join(keys).encode("utf-8", "surrogatepass"),
+                             digest_size=8).digest()
+    mine = np.array([[int.from_bytes(digest, "little", signed=True), len(keys)]], dtype=np.int64)
+    got = allgather(mx.nd.array(mine, dtype=np.int64), name=prefix + "keys").asnumpy()
+    if (got == got[0]).all():
+        return
+    lists = allgather_object(keys, name=prefix + "key_lists")
+    first = set(lists[0])
+    parts = []
+    for r, other in enumerate(lists[1:], start=1):
+        extra, missing = sorted(set(other) - first), sorted(first - set(other))
+        if not extra and not missing:
+            continue
+
+        def names(ks):
+            shown = ", ".join("'%s'" % k for k in ks[:4])
+            return shown + (", ... (%d in all)" % len(ks) if len(ks) > 4 else "")
+        parts.append("rank %d%s%s" % (
+            r, " has %s that rank 0 has not" % names(extra) if extra else "",
+            "%s lacks %s" % (" and" if extra else "", names(missing)) if missing else ""))
+    raise ValueError(
+        "broadcast_parameters: the ranks passed different parameter names (every rank must "
+        "pass the same keys): %s. Gluon names blocks from per-process counters (dense0_, "
+        "dense1_, ...): a block made on some ranks only before this net shifts its names "
+        "there; give the net a prefix (prefix='net_') or make the same blocks on every "
+        "rank" % "; ".join(parts))
+
+
 def broadcast_parameters(params, root_rank=0, prefix=None):
     """Overwrite ``params`` on every rank with their values on ``root_rank``, in place.
 
@@ -71,11 +108,15 @@ def broadcast_parameters(params, root_rank=0, prefix=None):
         prefix: prefix of the collective names (default: an automatic per-call prefix);
             the name of each tensor is ``prefix + key``.
 
-    Returns None; the broadcasts are asynchronous (reading a parameter waits for them).
+    Returns None; the broadcasts are asynchronous (reading a parameter waits for them),
+    after one small blocking allgather that checks that every rank passed the same keys.
 
     Raises:
         ValueError: ``params`` is not a dict or ParameterDict, or holds a row_sparse
-            parameter (only dense parameters are supported).
+            parameter (only dense parameters are supported); and on every rank, before
+            anything is broadcast, when the ranks' keys differ (naming them; Horovod waits
+            forever for the missing names), for instance Gluon's automatic names shifted by
+            a block made on some ranks only.
         RuntimeError: a Parameter was never initialized (call ``initialize()`` first).
     """
     if not isinstance(params, (dict, ParameterDict)):
@@ -87,7 +128,9 @@ def broadcast_parameters(params, root_rank=0, prefix=None):
         prefix = _auto_name("broadcast_parameters", None) + "."
     if size() == 1:
         return
-    for key, value in sorted(params.items(), key=lambda kv: str(kv[0])):
+    items = sorted(params.items(), key=lambda kv: str(kv[0]))
+    _check_same_keys([str(k) for k, _ in items], prefix)
+    for key, value in items:
         name = prefix + str(key)
         if isinstance(value, Parameter):
             if value._stype != "default":

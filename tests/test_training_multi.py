@@ -21,7 +21,8 @@ def test_trainer_features(np_):
 
 @pytest.mark.parametrize("np_", [2, 3])
 def test_broadcast_helpers(np_):
-    # Deferred init, inference-mode MKLDNN weights, Module dicts, broadcast/allgather_object.
+    # Deferred init, inference-mode MKLDNN weights, Module dicts, broadcast/allgather_object,
+    # different keys on some ranks (an error on every rank).
     run_ranks(np_, "train_broadcast.py", timeout=240)
 
 

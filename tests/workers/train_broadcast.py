@@ -135,10 +135,36 @@ def objects_in_pieces():
     assert hvd.allgather_object(hvd.rank()) == list(range(hvd.size()))
 
 
+def different_keys():
+    """Ranks passing different keys: ValueError on every rank naming them, before anything
+    is broadcast (the broadcasts are named by key: the ranks waited forever, as Horovod's)."""
+    if hvd.rank() == 0:
+        gluon.nn.Dense(1)  # a rank-0 helper: the net's automatic names shift on rank 0
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Dense(4, in_units=3))
+    net.initialize()
+    for params in (net.collect_params(),
+                   {"w": mx.nd.ones((2,)), "extra%d" % hvd.rank(): mx.nd.ones((1,))}):
+        try:
+            hvd.broadcast_parameters(params)
+            raise AssertionError("different keys accepted")
+        except ValueError as e:
+            msg = str(e)
+        assert "different parameter names" in msg, msg
+        if isinstance(params, dict):
+            assert "rank 1 has 'extra1' that rank 0 has not and lacks 'extra0'" in msg, msg
+        else:
+            assert "rank 1 has 'dense" in msg and "prefix" in msg, msg
+    # The same keys everywhere still work (and the next collectives meet).
+    arrays = {"w": mx.nd.ones((2,)) * hvd.rank()}
+    hvd.broadcast_parameters(arrays, root_rank=1)
+    np.testing.assert_array_equal(arrays["w"].asnumpy(), [1, 1])
+
+
 def main():
     hvd.init()
     for f in (deferred_init, after_inference_forward, module_dicts, objects,
-              objects_in_pieces):
+              objects_in_pieces, different_keys):
         f()
         if hvd.rank() == 0:
             print("scenario %s ok" % f.__name__, flush=True)
