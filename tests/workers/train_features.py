@@ -72,6 +72,25 @@ def clip_between_allreduce_and_update():
         tr.update(1)
         ref_tr.update(1)
     assert_close(param_arrays(net), param_arrays(ref), 0.1, "clip")
+    # A per-sample loss and update(batch_size): one process clips the sum over the whole
+    # batch, size() times the mean held here, so the README's rule is the threshold divided
+    # by size(): then both clip the same direction by the same factor.
+    net, ref = pair("clipsum")
+    tr = hvd.DistributedTrainer(net.collect_params(), optimizer("sgd"))
+    ref_tr = gluon.Trainer(ref.collect_params(), optimizer("sgd"), kvstore=None)
+    for s in range(2):
+        forward_backward(net, loss_fn, shard(x, B)[s], shard(y, B)[s])
+        tr.allreduce_grads()
+        forward_backward(ref, loss_fn, x[s], y[s])
+        grads = [p.grad() for p in net.collect_params().values()]
+        ref_grads = [p.grad() for p in ref.collect_params().values()]
+        norm = gluon.utils.clip_global_norm(grads, 0.5 / hvd.size())
+        ref_norm = gluon.utils.clip_global_norm(ref_grads, 0.5)
+        assert abs(norm * hvd.size() - ref_norm) <= 1e-4 * ref_norm, (norm, ref_norm)
+        assert ref_norm > 0.5, "the test must actually clip"
+        tr.update(B)
+        ref_tr.update(x.shape[1])
+    assert_close(param_arrays(net), param_arrays(ref), 0.1, "clip with a per-sample loss")
 
 
 def two_trainers_gan():
