@@ -48,7 +48,9 @@ mx.nd.waitall()
 np.testing.assert_array_equal(v.asnumpy(), np.full(4, n, "float32"))
 
 # 20,000 calls of a name parked behind one the last rank never makes; shutdown fails them
-# all (against 78abd51 the background thread overflowed its stack here: SIGSEGV).
+# all (against 78abd51 the background thread overflowed its stack here: SIGSEGV). The last
+# rank's shutdown comes first (this rank's waits for its called collectives, 56d209a), so
+# they fail as stopped by that peer.
 if r != n - 1:
     parked = [hvd.allreduce(mx.nd.ones(1), name="never") for _ in range(20000)]
 hvd.allreduce(mx.nd.ones(1), name="before.shutdown").wait_to_read()
@@ -58,7 +60,8 @@ if r != n - 1:
         try:
             x.asnumpy()
         except MXNetError as e:
-            assert "allreduce 'never' did not run: mxhorovod " in str(e), str(e)[:300]
+            assert "allreduce 'never' did not run: a peer rank shut down mxhorovod (rank %d: " \
+                % (n - 1) in str(e), str(e)[:300]
         else:
             raise AssertionError("a parked call did not fail: %s" % x.asnumpy())
 print("RANK %d OK" % r, flush=True)
