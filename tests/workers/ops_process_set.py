@@ -1,6 +1,6 @@
 """Stall inspector and timeline in a process set other than the global one (3 ranks, set
 {0, 2}; argv[1] is the timeline file, HOROVOD_TIMELINE). HOROVOD_STALL_CHECK_TIME_SECONDS=1,
-HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=3. Rank 2 is late for 'ps.late' in the set: rank 0
+HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=3. Rank 2 is 2 s late for 'ps.late' in the set: rank 0
 warns naming the set and rank 2 (job numbering), the operation then completes. Rank 0
 waits on 'ps.never', which rank 2 never submits: past the shutdown time it fails on rank 0,
 naming the set, and only it; mxhorovod keeps running (a set's stall cannot stop the job).
@@ -21,7 +21,7 @@ assert n == 3
 
 if pair.included():
     if r == 2:
-        time.sleep(3.0)
+        time.sleep(2.0)  # past two stall checks (1 s), 1 s before the stall shutdown (3 s)
     y = hvd.allreduce(mx.nd.ones((3,)) * (r + 1), op=hvd.Sum, name="ps.late", process_set=pair)
     np.testing.assert_array_equal(y.asnumpy(), np.full(3, 1 + 3, "float32"))
     if r == 0:
