@@ -141,12 +141,18 @@ def _at_exit():
     they keep completing (it gives up after 10 s, or the stall check time if shorter,
     without one completing: a peer blocked in a collective this rank never calls). Not
     after an uncaught exception: the job is failing, and the peers should hear so at once."""
-    if _core.is_initialized() and getattr(sys, "last_value", None) is None:
-        if not _core.wait_local_work():
-            logging.getLogger("mxhorovod").warning(
-                "exit: collectives called on this rank stopped completing (none for 10 s, or "
-                "the stall check time); stopping anyway (their peers get an error)")
+    if getattr(sys, "last_value", None) is None:
+        _let_called_collectives_run("exit")
     _core.finalize_mpi()
+
+
+def _let_called_collectives_run(what):
+    """Waits while this rank's called collectives keep completing (core WaitLocalWork: gives
+    up after 10 s, or the stall check time, without one completing), warning if it gives up."""
+    if _core.is_initialized() and not _core.wait_local_work():
+        logging.getLogger("mxhorovod").warning(
+            "%s: collectives called on this rank stopped completing (none for 10 s, or the "
+            "stall check time); stopping anyway (their peers get an error)", what)
 
 
 def shutdown():
@@ -160,10 +166,7 @@ def shutdown():
     run, and a script ending with ``hvd.shutdown()`` failed that step on every rank (its
     own "did not run: mxhorovod is not running", the peers' "a peer rank shut down", as
     Horovod's "Horovod has been shut down")."""
-    if _core.is_initialized() and not _core.wait_local_work():
-        logging.getLogger("mxhorovod").warning(
-            "shutdown(): collectives called on this rank stopped completing (none for 10 s, "
-            "or the stall check time); stopping anyway (their peers get an error)")
+    _let_called_collectives_run("shutdown()")
     _core.shutdown()
 
 

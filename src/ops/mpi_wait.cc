@@ -133,7 +133,7 @@ Status WaitRequest(MPI_Request* req, const char* what, WaitFor kind) {
     int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
     if (bell && (ring || done)) {
       // Our own ring must not end our sleep; a peer's ring since `seen` must.
-      if (Ring(bell) == seen) ++seen;
+      if (Ring(bell) == seen && sleeper) ++seen;
     }
     ring = false;
     if (rc != MPI_SUCCESS || done) {
