@@ -7,15 +7,15 @@ metrics) between ranks. All are collective: every rank must call them, in the sa
 """
 import hashlib
 import pickle
-import types
 
 import cloudpickle
 
 import mxnet as mx
 import numpy as np
-from mxnet.gluon.parameter import DeferredInitializationError, Parameter, ParameterDict
+from mxnet.gluon.parameter import Parameter, ParameterDict
 
 from mxhorovod import allgather, broadcast_, rank, size
+from mxhorovod import deferred_init
 from mxhorovod.naming import next_number
 from mxhorovod.process_sets import _id as _ps_id
 from mxhorovod.process_sets import global_process_set
@@ -42,37 +42,38 @@ def _broadcast_arrays(arrays, root_rank, name):
         first.copyto(other)
 
 
-def _broadcast_after_deferred_init(param, root_rank, name):
-    """Make ``param`` broadcast itself right after its deferred initialization.
-
-    Its shape is only known at the first forward, so the broadcast happens there (in forward
-    order, identical on every rank). The hook removes itself after one call, so a later
-    ``load_parameters`` on one rank alone does not start a collective.
-    """
-    original = param._init_impl
-
-    def init_then_broadcast(self, *args, **kwargs):
-        del self._init_impl  # back to the class method
-        original(*args, **kwargs)
-        _broadcast_arrays(self._data, root_rank, name)
-
-    param._init_impl = types.MethodType(init_then_broadcast, param)
+def _words(n):
+    """How many int64 words hold ``n`` bits."""
+    return -(-n // 64)
 
 
-def _check_same_keys(keys, prefix):
-    """Raises ValueError on every rank unless every rank passed the same keys.
+def _check_same_keys(keys, deferred, prefix):
+    """Raises ValueError on every rank unless every rank passed the same keys; else returns,
+    for each key, whether its parameter is deferred (``deferred``: this rank's flags) on
+    some rank.
 
     The broadcasts are named by key: a key that some ranks lack leaves the others waiting
     for it forever (the stall warning every minute was the only sign). The usual cause:
     Gluon names blocks from per-process counters (dense0_, dense1_, ...), so a block made
     on some ranks only before the net (a rank-0 helper) shifts the net's names there. One
-    small allgather (a digest of the keys); the lists themselves only when they differ."""
+    small allgather (a digest of the keys and the deferred flags as bits); the lists
+    themselves only when they differ."""
     digest = hashlib.blake2b("\0".join(keys).encode("utf-8", "surrogatepass"),
                              digest_size=8).digest()
-    mine = np.array([[int.from_bytes(digest, "little", signed=True), len(keys)]], dtype=np.int64)
+    bits = np.zeros(_words(len(keys)) * 8, dtype=np.uint8)
+    packed = np.packbits(np.asarray(deferred, dtype=bool))
+    bits[:len(packed)] = packed
+    mine = np.concatenate([[int.from_bytes(digest, "little", signed=True), len(keys)],
+                           bits.view(np.int64)]).astype(np.int64)
     got = allgather(mx.nd.array(mine, dtype=np.int64), name=prefix + "keys").asnumpy()
-    if (got == got[0]).all():
-        return
+    rows, at = [], 0
+    while at < len(got):  # each rank's row: digest, number of keys, that many bits
+        end = at + 2 + _words(int(got[at + 1]))
+        rows.append(got[at:end])
+        at = end
+    if all(len(row) == len(mine) and (row[:2] == mine[:2]).all() for row in rows):
+        anywhere = np.bitwise_or.reduce(np.stack(rows)[:, 2:], axis=0)
+        return np.unpackbits(anywhere.view(np.uint8))[:len(keys)].astype(bool).tolist()
     lists = allgather_object(keys, name=prefix + "key_lists")
     first = set(lists[0])
     parts = []
@@ -103,13 +104,21 @@ def broadcast_parameters(params, root_rank=0, prefix=None):
             ``Parameter`` or to ``NDArray`` (Module's ``arg_params`` / ``aux_params``).
             Keys are visited in sorted order, so insertion order may differ between ranks.
             Parameters whose initialization is deferred are broadcast right after their
-            initialization, during the first forward pass.
+            initialization, during the first forward pass. Under MXNet's NaiveEngine
+            (``MXNET_ENGINE_TYPE=NaiveEngine``), which completes every collective inside
+            its call, a parameter deferred on some rank is broadcast during the first
+            forward on every rank: where it is initialized (rank 0 loaded a checkpoint) it
+            is made deferred again, keeping its arrays and values, so reading it there
+            raises ``DeferredInitializationError`` until that forward, as on the other
+            ranks (with the threaded engines it is broadcast at the call there).
         root_rank: rank whose values win.
         prefix: prefix of the collective names (default: an automatic per-call prefix);
             the name of each tensor is ``prefix + key``.
 
     Returns None; the broadcasts are asynchronous (reading a parameter waits for them),
-    after one small blocking allgather that checks that every rank passed the same keys.
+    after one small blocking allgather that checks that every rank passed the same keys
+    (and tells which parameters are deferred on some rank). Under NaiveEngine each
+    broadcast completes inside its call: at the call, or in the first forward.
 
     Raises:
         ValueError: ``params`` is not a dict or ParameterDict, or holds a row_sparse
@@ -129,17 +138,22 @@ def broadcast_parameters(params, root_rank=0, prefix=None):
     if size() == 1:
         return
     items = sorted(params.items(), key=lambda kv: str(kv[0]))
-    _check_same_keys([str(k) for k, _ in items], prefix)
-    for key, value in items:
+    deferred = [isinstance(v, Parameter) and deferred_init.is_deferred(v) for _, v in items]
+    anywhere = _check_same_keys([str(k) for k, _ in items], deferred, prefix)
+    in_order = deferred_init.synchronous_engine()
+    for (key, value), here, somewhere in zip(items, deferred, anywhere):
         name = prefix + str(key)
         if isinstance(value, Parameter):
             if value._stype != "default":
                 raise ValueError("broadcast_parameters: parameter %r has storage type %s; "
                                  "only dense parameters are supported" % (key, value._stype))
-            try:
-                arrays = value.list_data()
-            except DeferredInitializationError:
-                _broadcast_after_deferred_init(value, root_rank, name)
+            if not here:
+                arrays = value.list_data()  # RuntimeError if never initialized
+            if here or (somewhere and in_order):  # broadcast in the first forward
+                if not here:  # initialized here, deferred on another rank: deferred_init
+                    deferred_init.defer_again(value)
+                deferred_init.broadcast_when_initialized(
+                    value, lambda arrays, name=name: _broadcast_arrays(arrays, root_rank, name))
                 continue
         elif isinstance(value, mx.nd.NDArray):
             if value.stype != "default":
