@@ -26,6 +26,17 @@ def test_broadcast_helpers(np_):
     run_ranks(np_, "train_broadcast.py", timeout=240)
 
 
+@pytest.mark.parametrize("np_,engine", [(2, None), (3, None), (2, "NaiveEngine"),
+                                         (3, "NaiveEngine")])
+def test_broadcast_parameters_deferred_on_some_ranks(np_, engine):
+    # Rank 0 loaded a checkpoint, the others defer (plain, hybridized, then a few
+    # DistributedTrainer steps); the root deferred; different layers deferred per rank; two
+    # calls before the forward. NaiveEngine used to hang: the ranks broadcast in different
+    # orders (rank 0 at the call, the others in the forward).
+    env = {"MXNET_ENGINE_TYPE": engine} if engine else None
+    run_ranks(np_, "train_broadcast_deferred.py", timeout=240, env=env)
+
+
 @pytest.mark.parametrize("np_", [2, 3])
 def test_trainer_in_a_process_set(np_):
     # Ranks 0 and 1 train together (plain and bucket views); others alone, never waited for.
