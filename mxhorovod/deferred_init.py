@@ -17,6 +17,7 @@ in the same order.
 import os
 import types
 
+import numpy as np
 from mxnet import initializer
 
 
@@ -58,21 +59,24 @@ def broadcast_when_initialized(param, broadcast):
 
 def defer_again(param):
     """Makes the initialized ``param`` wait for a deferred initialization, as on a rank
-    where its shape is not known yet: until the first forward (or until it is loaded,
-    ``set_data`` or initialized again) reading it raises ``DeferredInitializationError``.
-    That initialization gives it back its own arrays (data and gradient, so references
-    kept to them stay valid), holding the values it had, or the values given to it
-    meanwhile (``set_data``, ``load_parameters``)."""
+    where its shape is not known yet: until the first forward reading it raises
+    ``DeferredInitializationError``. That initialization gives it back its own arrays
+    (data and gradient, so references kept to them stay valid), holding the values it had,
+    or the values ``set_data`` gave it meanwhile; new arrays only if its contexts, shape or
+    dtype changed meanwhile (``reset_ctx``, ``cast``). As for any deferred parameter,
+    ``load_parameters`` or ``initialize`` meanwhile initializes it at that call."""
     data, grad, ctx_list = param._data, param._grad, list(param._ctx_list)
     first = data[0]
 
     def restore(self, new, new_ctx_list, original):
+        dtype = np.dtype(self.dtype)
         if (list(new_ctx_list) != ctx_list or new.shape != first.shape
-                or new.dtype != first.dtype or new.stype != first.stype):
-            original(new, new_ctx_list)  # reset_ctx, another shape: new arrays
+                or dtype != first.dtype or new.stype != first.stype):
+            original(new.astype(dtype, copy=False), new_ctx_list)
             return
         self._data, self._grad = data, grad
         if new is not first:
+            new = new.astype(dtype, copy=False)
             for arr in data:
                 new.copyto(arr)
 
