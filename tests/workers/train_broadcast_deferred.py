@@ -168,6 +168,29 @@ def every_rank_deferred():
     assert_values(net, want, "every rank deferred")
 
 
+def changed_before_forward():
+    """NaiveEngine only (with the threaded engines rank 0's broadcast has already gone):
+    rank 0's weight, made deferred again, is cast or moved to two contexts before the
+    forward; it gets arrays of the new dtype or contexts, with its values."""
+    if not NAIVE:
+        return
+    r = hvd.rank()
+    for change in ("cast", "reset_ctx"):
+        net = net_with("changed_%s_" % change, 4 if r == 0 else 0)
+        net.initialize(mx.init.Constant(float(r + 1)))
+        hvd.broadcast_parameters(net.collect_params(), root_rank=0)
+        dtype = "float64" if change == "cast" else "float32"
+        if change == "cast":
+            net.cast(dtype)
+        else:
+            net.collect_params().reset_ctx(CTXS)
+        net(mx.nd.ones((2, 4), dtype=dtype))
+        for arr in net[0].weight.list_data():
+            assert arr.dtype == np.dtype(dtype), (change, arr.dtype)
+            np.testing.assert_array_equal(arr.asnumpy(), np.ones((5, 4)), err_msg=change)
+        assert len(net[0].weight.list_data()) == (2 if change == "reset_ctx" else 1)
+
+
 def trainer_after_checkpoint(buckets):
     """The usual resume: rank 0 loads, broadcast, DistributedTrainer made before the first
     forward, a few steps; every rank equals one process trained on the whole batch."""
@@ -225,7 +248,8 @@ def trainer_buckets():
 
 SCENARIOS = {f.__name__: f for f in (
     checkpoint_plain, checkpoint_hybridized, root_deferred, different_layers_deferred,
-    many_layers_deferred, every_rank_deferred, trainer_plain, trainer_buckets)}
+    many_layers_deferred, every_rank_deferred, changed_before_forward, trainer_plain,
+    trainer_buckets)}
 
 if __name__ == "__main__":
     run_scenarios(SCENARIOS, list(SCENARIOS))
