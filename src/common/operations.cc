@@ -35,7 +35,9 @@ namespace {
 struct State {
   std::mutex mu;                  // guards the fields below and the start/stop handshake
   std::condition_variable cv;
-  bool running = false;           // background loop accepting work
+  // Background loop accepting work; written under `mu` (with stop_reason), read without it
+  // by the calls (MemberSet: once per collective).
+  std::atomic<bool> running{false};
   bool started = false;           // start-up finished (successfully or not)
   Status start_status;
   std::string stop_reason;
@@ -51,10 +53,12 @@ struct State {
   ProcessSetTable sets;           // the global set (id 0) and the others, while running
   int32_t next_set_id = 1;        // background thread only: same sequence on every rank
   std::atomic<uint64_t> control_calls{0};  // names of add/remove calls, in call order
-  // New work wakes the background thread before its cycle time is up.
+  // New work wakes the background thread before its cycle time is up. `wake` is set
+  // before wake_mu is taken, so only the first call after each wait takes the lock and
+  // signals; the rest of a burst of calls see it set and skip both.
   std::mutex wake_mu;
   std::condition_variable wake_cv;
-  bool wake = false;
+  std::atomic<bool> wake{false};
 };
 
 
@@ -68,10 +72,10 @@ State& S() {
 
 void Wake() {
   State& st = S();
-  {
-    std::lock_guard<std::mutex> lk(st.wake_mu);
-    st.wake = true;
-  }
+  if (st.wake.exchange(true)) return;  // the loop has not consumed the last one yet
+  // The lock orders this signal after the loop's check of `wake` (made under wake_mu,
+  // then waiting): the signal cannot fall between them and be lost.
+  { std::lock_guard<std::mutex> lk(st.wake_mu); }
   st.wake_cv.notify_one();
 }
 
@@ -571,7 +575,8 @@ void BackgroundLoop(StartArgs args) {
       const auto until = (pending ? std::chrono::steady_clock::now() : start) +
                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(wait);
       std::unique_lock<std::mutex> lk(st.wake_mu);
-      if (wait.count() > 0) st.wake_cv.wait_until(lk, until, [&] { return st.wake; });
+      if (wait.count() > 0) st.wake_cv.wait_until(lk, until, [&] { return st.wake.load(); });
+      // Work enqueued before a later Wake is already queued: the next cycle sees it.
       st.wake = false;
     }
   }
@@ -693,10 +698,7 @@ void FinalizeMPI() {
   if (S().we_initialized_mpi && !finalized) MPI_Finalize();
 }
 
-bool IsInitialized() {
-  std::lock_guard<std::mutex> lk(S().mu);
-  return S().running;
-}
+bool IsInitialized() { return S().running.load(); }
 
 std::string StopReason() {
   std::lock_guard<std::mutex> lk(S().mu);
@@ -800,22 +802,34 @@ Status RemoveProcessSet(int32_t id) {
   return RunControlCall(OpType::kProcessSetRemove, what, {id});
 }
 
-void Enqueue(std::vector<TensorTableEntry>&& entries) {
+namespace {
+// Why entries of set `id` cannot be queued: the loop stopped, or the set was removed.
+std::string RefusedWhy(int32_t id) {
   State& st = S();
-  std::string why;
-  {
-    std::lock_guard<std::mutex> lk(st.mu);
-    const int32_t id = entries.empty() ? 0 : entries[0].request.process_set_id;
-    auto set = st.running ? st.sets.Get(id) : nullptr;
-    if (set) {
-      set->queue.Add(std::move(entries));
-      Wake();
-      return;
-    }
-    why = !st.running ? (st.stop_reason.empty() ? "mxhorovod is not running" : st.stop_reason)
-                      : "process set " + std::to_string(id) + " was removed";
+  std::lock_guard<std::mutex> lk(st.mu);
+  if (!st.running) return st.stop_reason.empty() ? "mxhorovod is not running" : st.stop_reason;
+  return "process set " + std::to_string(id) + " was removed";
+}
+}  // namespace
+
+void Enqueue(std::vector<TensorTableEntry>&& entries) {
+  const int32_t id = entries.empty() ? 0 : entries[0].request.process_set_id;
+  auto set = S().running ? S().sets.Get(id) : nullptr;
+  if (set) {
+    Enqueue(*set, std::move(entries));
+  } else {
+    FailEntries(std::move(entries), RefusedWhy(id));
   }
-  FailEntries(std::move(entries), why);
+}
+
+void Enqueue(ProcessSet& set, std::vector<TensorTableEntry>&& entries) {
+  // A queue refuses new entries once the loop has taken its last ones (stopped, or the
+  // set removed: TakeAll); until then whatever it holds is run or failed by the loop.
+  if (S().running && set.queue.Add(std::move(entries))) {
+    Wake();
+    return;
+  }
+  FailEntries(std::move(entries), RefusedWhy(set.id));
 }
 
 }  // namespace mxhorovod

@@ -58,6 +58,8 @@ Status RemoveProcessSet(int32_t id);
 // Hands entries (all of one process set) to the background thread; fails them at once
 // (their callbacks run with the error) if the library or their set has stopped meanwhile.
 void Enqueue(std::vector<TensorTableEntry>&& entries);
+// The same for entries of `set` (from MemberSet): no lookup, and no lock but the queue's.
+void Enqueue(ProcessSet& set, std::vector<TensorTableEntry>&& entries);
 
 }  // namespace mxhorovod
 

@@ -82,13 +82,15 @@ void TensorQueue::RunAdmitted(std::vector<std::function<void()>> admitted) {
   running = nullptr;
 }
 
-void TensorQueue::Add(std::vector<TensorTableEntry>&& entries) {
+bool TensorQueue::Add(std::vector<TensorTableEntry>&& entries) {
   std::lock_guard<std::mutex> lk(mu_);
+  if (closed_) return false;
   for (auto& e : entries) {
     std::string name = e.request.name;
     auto it = table_.emplace(std::move(name), Slot{std::move(e)}).first;
     new_slots_.push_back(&it->second);
   }
+  return true;
 }
 
 void TensorQueue::PopRequests(std::vector<Request*>* out) {
@@ -149,6 +151,7 @@ bool TensorQueue::Idle(uint64_t* finished) {
 
 std::vector<TensorTableEntry> TensorQueue::TakeAll() {
   std::lock_guard<std::mutex> lk(mu_);
+  closed_ = true;
   std::vector<TensorTableEntry> out;
   for (auto& kv : table_) out.push_back(std::move(kv.second.entry));
   table_.clear();

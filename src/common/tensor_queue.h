@@ -38,7 +38,8 @@ class TensorQueue {
   // admitted operation failed at once and finished), it only adds to the list: no nesting.
   static void RunAdmitted(std::vector<std::function<void()>> admitted);
   // When the engine runs the operation: entries become visible to the background thread.
-  void Add(std::vector<TensorTableEntry>&& entries);
+  // False (nothing taken) once TakeAll has closed the queue: the caller fails them.
+  bool Add(std::vector<TensorTableEntry>&& entries);
   // Background thread: the requests added since the last call, in submission order. They
   // point into the queued entries: valid until the entry is taken (only the background
   // thread takes entries out).
@@ -55,7 +56,8 @@ class TensorQueue {
   // Every operation registered so far has finished (no line left); `finished` (if given)
   // receives how many operations have finished so far.
   bool Idle(uint64_t* finished = nullptr);
-  // Takes every entry (shutdown): the caller fails them.
+  // Takes every entry and closes the queue to new ones (shutdown, set removed): the caller
+  // fails them.
   std::vector<TensorTableEntry> TakeAll();
 
  private:
@@ -63,6 +65,7 @@ class TensorQueue {
   bool FirstInLines(const std::vector<std::string>& names, uint64_t ticket) const;
   uint64_t next_ticket_ = 1;
   uint64_t finished_ = 0;  // Finish calls so far
+  bool closed_ = false;    // TakeAll ran: Add refuses
   struct Line {  // tickets in call order; those before `head` have finished
     std::vector<uint64_t> tickets;
     size_t head = 0;

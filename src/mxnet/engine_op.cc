@@ -134,7 +134,9 @@ void Submit(EngineOp* op, Completion* done) {
     }
     e.callback = [done](const Status& st) { done->Done(st); };
   }
-  Enqueue(std::move(entries));
+  // Once queued, the entries may complete and `op` be deleted before Enqueue returns; it
+  // touches the set only before queuing them (or when it refuses them).
+  Enqueue(*op->set, std::move(entries));
 }
 
 // Runs on an MXNet engine thread when the dependencies are ready; returns at once. The
