@@ -1,20 +1,38 @@
 #include "tensor_queue.h"
 
 #include <algorithm>
+#include <iterator>
 
 namespace mxhorovod {
 
 uint64_t TensorQueue::Register(const std::vector<std::string>& names) {
   std::lock_guard<std::mutex> lk(mu_);
   const uint64_t ticket = next_ticket_++;
-  for (const auto& n : names) lines_[n].tickets.push_back(ticket);
+  for (const auto& n : names) {
+    Line& line = lines_[n];
+    if (line.empty()) {  // new, or kept empty since its name's last call
+      line.tickets.clear();
+      line.head = 0;
+      ++active_lines_;
+    }
+    line.used = sweeps_;
+    line.tickets.push_back(ticket);
+  }
   return ticket;
+}
+
+void TensorQueue::Sweep() {
+  for (auto it = lines_.begin(); it != lines_.end();) {
+    it = it->second.empty() && it->second.used < sweeps_ ? lines_.erase(it) : std::next(it);
+  }
+  ++sweeps_;
+  finished_since_sweep_ = 0;
 }
 
 bool TensorQueue::FirstInLines(const std::vector<std::string>& names, uint64_t ticket) const {
   for (const auto& n : names) {
     auto it = lines_.find(n);
-    if (it == lines_.end() || it->second.front() != ticket) return false;
+    if (it == lines_.end() || it->second.empty() || it->second.front() != ticket) return false;
   }
   return true;
 }
@@ -35,7 +53,7 @@ std::vector<std::function<void()>> TensorQueue::Finish(const std::vector<std::st
   ++finished_;
   for (const auto& n : names) {
     auto it = lines_.find(n);
-    if (it == lines_.end()) continue;
+    if (it == lines_.end() || it->second.empty()) continue;
     Line& line = it->second;
     if (line.front() == ticket) {
       ++line.head;
@@ -43,8 +61,8 @@ std::vector<std::function<void()>> TensorQueue::Finish(const std::vector<std::st
       auto at = std::find(line.tickets.begin() + line.head, line.tickets.end(), ticket);
       if (at != line.tickets.end()) line.tickets.erase(at);
     }
-    if (line.head == line.tickets.size()) {
-      lines_.erase(it);
+    if (line.empty()) {
+      --active_lines_;
       continue;
     }
     if (line.head > 32 && line.head * 2 > line.tickets.size()) {  // amortized O(1) per ticket
@@ -53,6 +71,8 @@ std::vector<std::function<void()>> TensorQueue::Finish(const std::vector<std::st
     }
     fronts.push_back(line.front());
   }
+  // Amortized O(1) per call: a sweep visits at most twice the lines kept since the last.
+  if (++finished_since_sweep_ >= std::max<size_t>(4096, lines_.size())) Sweep();
   std::sort(fronts.begin(), fronts.end());
   fronts.erase(std::unique(fronts.begin(), fronts.end()), fronts.end());
   for (uint64_t t : fronts) {
@@ -146,7 +166,7 @@ bool TensorQueue::Empty() {
 bool TensorQueue::Idle(uint64_t* finished) {
   std::lock_guard<std::mutex> lk(mu_);
   if (finished) *finished = finished_;
-  return lines_.empty();
+  return active_lines_ == 0;
 }
 
 std::vector<TensorTableEntry> TensorQueue::TakeAll() {

@@ -69,9 +69,19 @@ class TensorQueue {
   struct Line {  // tickets in call order; those before `head` have finished
     std::vector<uint64_t> tickets;
     size_t head = 0;
+    uint64_t used = 0;  // sweeps_ when a ticket last joined it
+    bool empty() const { return head == tickets.size(); }
     uint64_t front() const { return tickets[head]; }
   };
-  std::unordered_map<std::string, Line> lines_;  // by name; erased when empty
+  // By name. A line that empties is kept for its name's next call (a training step calls
+  // the same names again: no map node and vector to allocate here and free on the
+  // background thread, per call); Sweep erases the empty lines that no call joined since
+  // the sweep before, so names used once (a step number in the name) do not pile up.
+  std::unordered_map<std::string, Line> lines_;
+  size_t active_lines_ = 0;           // lines not empty
+  uint64_t sweeps_ = 0;
+  size_t finished_since_sweep_ = 0;
+  void Sweep();
   struct Waiting {
     std::vector<std::string> names;
     std::function<void()> run;
