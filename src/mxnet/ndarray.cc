@@ -69,13 +69,12 @@ Status ResolveLayout(void* handle) {
   return Status::OK();
 }
 
-Status SettleLayout(void* handle) {
+bool MayConvertLayout(void* handle) {
   int dtype = -1, ndim = 0, fresh_grad = 0;
   const int* dims = nullptr;
-  if (MXNDArrayGetDType(handle, &dtype) != 0 || dtype != 0) return Status::OK();
-  if (MXNDArrayGetShapeEx(handle, &ndim, &dims) != 0 || ndim < 2 || ndim > 5) return Status::OK();
-  if (MXNDArrayGetGradState(handle, &fresh_grad) != 0 || fresh_grad) return Status::OK();
-  return WaitDefaultLayout(handle);
+  if (MXNDArrayGetDType(handle, &dtype) != 0 || dtype != 0) return false;
+  if (MXNDArrayGetShapeEx(handle, &ndim, &dims) != 0 || ndim < 2 || ndim > 5) return false;
+  return MXNDArrayGetGradState(handle, &fresh_grad) == 0 && !fresh_grad;
 }
 
 Status WaitWriters(void* handle) {

@@ -34,17 +34,16 @@ Status Describe(void* handle, const Label& what, ArrayInfo* out);
 // Converts an array that MKLDNN holds in its own layout back to the default layout and
 // waits for that; call only on an array with no pending writes (after wait_to_read()).
 Status ResolveLayout(void* handle);
-// Before a collective reads an array that MXNet's MKLDNN backend may be converting to its
-// own layout (a float32 array of 2 to 5 dimensions that is not a fresh gradient; an
-// inference-mode forward pass does that to weights, and does it while it READS them):
-// waits for the array's pending writers and readers, then converts it back to the default
-// layout. Any other array returns at once, without waiting. Call without the GIL.
-Status SettleLayout(void* handle);
+// Whether MXNet's MKLDNN backend may be converting the array to its own layout: a float32
+// array of 2 to 5 dimensions that is not a fresh gradient (an inference-mode forward pass
+// does that to weights, and does it while it READS them). A collective reading such an
+// array first waits for it with WaitDefaultLayout. Never waits.
+bool MayConvertLayout(void* handle);
 // Waits for the array's pending writers (wait_to_read); their error, if any, is returned.
 // Call without the GIL.
 Status WaitWriters(void* handle);
 // Waits for the array's pending writers and readers, then converts it to the default
-// layout (SettleLayout's second half, for any array). Call without the GIL.
+// layout (for any array). Call without the GIL.
 Status WaitDefaultLayout(void* handle);
 // The data pointer when the engine runs the operation, without waiting: fails with a clear
 // message if an operation queued before ours converted the array to MKLDNN's layout.

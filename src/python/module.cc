@@ -57,16 +57,18 @@ void Init(int64_t comm_f2c, const std::vector<int>& ranks,
   Raise(s);
 }
 
-// Settles the array's layout before a collective reads it: mx::SettleLayout (arrays MKLDNN
-// may convert) or, for any array, mx::WaitDefaultLayout. Not when a collective of ours
+// Settles the array's layout before a collective reads it: mx::WaitDefaultLayout, for an
+// array MKLDNN may convert (mx::MayConvertLayout, checked first: it takes no lock) or for
+// any array (`any_array`). Not when a collective of ours
 // still reads or writes the array: its layout was settled for that one (or it writes the
 // default layout), and waiting for the array's readers and writers would wait for it (a
 // hang when the ranks issue two collectives of one array, or a collective of another's
 // output, in different orders). A layout change slipped in between fails the collective on
 // every rank with an error naming it.
 Status Settle(void* h, bool any_array) {
+  if (!any_array && !mx::MayConvertLayout(h)) return Status::OK();
   if (mx::UsedByOurCollective(h)) return Status::OK();
-  return any_array ? mx::WaitDefaultLayout(h) : mx::SettleLayout(h);
+  return mx::WaitDefaultLayout(h);
 }
 
 // The error the other ranks get when a call's input cannot be read on this rank (waiting
@@ -87,7 +89,7 @@ std::vector<std::string> GroupNames(const py::object& names, size_t n) {
   return out;
 }
 
-// Settles the inputs' layout first when asked (see mx::SettleLayout): Python asks unless
+// Settles the inputs' layout first when asked (see Settle): Python asks unless
 // MXNet lacks MKLDNN or the call is a gradient reduction.
 void CallGrouped(OpType type, const char* what, const std::vector<uintptr_t>& ins,
                  const std::vector<uintptr_t>& outs, const py::object& name_or_names, int op,
