@@ -10,7 +10,7 @@ import os
 import socket
 import sys
 
-from mxhorovod import _core, failures, log
+from mxhorovod import _core, failures, log, naming
 
 __all__ = [
     "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank",
@@ -73,7 +73,8 @@ def init(comm=None, process_sets=None):
         raise ValueError("init(comm=...) takes None, a list of ranks or an mpi4py communicator, "
                          "not %s" % type(comm).__name__)
     comm_sets = [p for p in static if p.mpi_comm is not None]
-    if _core.topology()[0] >= 0:
+    starting = _core.topology()[0] < 0  # not running, nor stopped by a peer: a new session
+    if not starting:
         # Running (init again does nothing), or stopped by a peer (the core refuses): no
         # exchange among the ranks for the sets made from communicators.
         comm_sets = []
@@ -96,6 +97,8 @@ def init(comm=None, process_sets=None):
         atexit.register(_at_exit)
         _atexit_registered = True
     _core.init(comm_f2c, ranks, [p.ranks for p in static if p.ranks is not None], dynamic)
+    if starting:
+        naming.new_session()  # the sets' ids start from 1 again, their unnamed calls from 0
     _ps._registered(static)
     rank_, size_, local_rank_, local_size_ = _core.topology()[:4]
     log.set_rank(rank_)

@@ -6,6 +6,13 @@ numbered per kind and per process set, in call order: a rank's calls on a set th
 not in, or helpers it made but never used, do not shift the numbers of the calls it shares
 with the others (one counter per process, as before, hung a job whose ranks made different
 numbers of trainers or called helpers on different sets).
+
+A process set id is unique only within one session of the core (``init()`` numbers its
+sets from 1 again), so the numbers of a set other than the global one live as long as the
+set: :func:`forget_set` drops them when it is removed (an add/remove loop kept them all), and
+:func:`new_session` when ``init()`` starts anew. Otherwise a set that got an old set's id back
+went on from the old set's numbers on the ranks that had been members of it and from 0 on
+the others, and its members waited for each other forever.
 """
 import itertools
 
@@ -19,3 +26,19 @@ def next_number(kind, process_set_id):
     if counter is None:
         counter = _counters.setdefault(key, itertools.count())
     return next(counter)
+
+
+def forget_set(process_set_id):
+    """The set ``process_set_id`` is gone (removed): its numbers are dropped."""
+    pid = int(process_set_id)
+    for key in [k for k in _counters if k[1] == pid]:
+        _counters.pop(key, None)
+
+
+def new_session():
+    """``init()`` starts the core anew: the sets' ids start from 1 again, so their numbers
+    do too. The global set's (id 0 in every session) are kept: every rank of the job made
+    the same calls on it, so they agree, and objects made before (a trainer's prefix) keep
+    names distinct from those made after."""
+    for key in [k for k in _counters if k[1] != 0]:
+        _counters.pop(key, None)

@@ -16,7 +16,7 @@ Sets can also be added and removed after ``init`` when ``HOROVOD_DYNAMIC_PROCESS
 is set (or ``init(process_sets="dynamic")``): every rank of the job must call
 ``add_process_set`` / ``remove_process_set`` with the same arguments in the same order.
 """
-from mxhorovod import _core
+from mxhorovod import _core, naming
 from mxhorovod.errors import InvalidArgumentError
 
 __all__ = ["ProcessSet", "global_process_set", "add_process_set", "remove_process_set"]
@@ -267,6 +267,8 @@ def remove_process_set(process_set):
     if (isinstance(process_set, _GlobalProcessSet) or not isinstance(process_set, ProcessSet)
             or process_set.process_set_id is None):
         return False
-    _core.remove_process_set(process_set.process_set_id)
+    pid = process_set.process_set_id
+    _core.remove_process_set(pid)
+    naming.forget_set(pid)  # ids are not reused within a session: its numbers are done with
     process_set._invalidate()
     return True

@@ -114,6 +114,13 @@ def test_process_sets_reducescatter_grouped_allgather(np_):
               env={"HOROVOD_DYNAMIC_PROCESS_SETS": "1"})
 
 
+def test_unnamed_calls_on_sets_removed_and_on_ids_given_again_after_reinit():
+    # The stall shutdown turns a mismatch of automatic names into an error, not a hang.
+    run_ranks(3, "process_set_names.py", timeout=180,
+              env={"HOROVOD_STALL_CHECK_TIME_SECONDS": "3",
+                   "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "6"})
+
+
 def test_autotune_tries_every_candidate_and_keeps_results_right(tmp_path):
     log = tmp_path / "autotune.csv"
     run_ranks(2, "core_autotune.py", [str(log)], timeout=240,
