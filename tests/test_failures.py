@@ -31,11 +31,29 @@ def _died(mode, np_=3, victim=1):
     return out, pid
 
 
+def _shm_files(out):
+    """MPICH's /dev/shm files that the workers mapped (ops_failure.py prints them as
+    <path>, so that the ranks' interleaved output cannot glue a path to other text)."""
+    return set(re.findall(r"<(/dev/shm/mpich_shm_[^<>\s]+)>", out))
+
+
 def test_unhandled_exception_aborts_the_job_naming_the_rank():
     out, pid = _died("exception")
     assert re.search(r"^\[1\]<error> .* mxhorovod: rank 1 \(pid %d on \S+\) failed with an "
                      r"unhandled RuntimeError; ending the job \(MPI_Abort\)$" % pid, out, re.M), out
     assert "RuntimeError: boom on rank 1" in out  # the traceback follows
+
+
+@pytest.mark.parametrize("mode", ["exception", "sigterm"])
+def test_a_job_ended_by_a_dead_rank_leaves_no_mpich_files_in_dev_shm(mode):
+    # MPICH unlinks its shared-memory segment at MPI_Finalize only: each job ended by
+    # MPI_Abort (or a rank dying of a signal) left a file of about 1 MB per rank in /dev/shm
+    # (tmpfs: RAM) until a reboot. The rank that ends the job unlinks it first.
+    out, _ = _died(mode, np_=2)
+    files = _shm_files(out)
+    if not files:
+        pytest.skip("MPI maps no /dev/shm/mpich_shm_* file here (not MPICH, or no shared memory)")
+    assert not [f for f in files if os.path.exists(f)], (files, out[-2000:])
 
 
 def test_unhandled_exception_output_is_not_cut_by_the_abort():
