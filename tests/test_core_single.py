@@ -56,6 +56,20 @@ def test_background_thread_is_named():
     assert "mxhorovod-bg" not in _thread_names()
 
 
+def test_timeline_writer_is_named_apart(tmp_path):
+    """The timeline's writer thread, started by the background thread, does not inherit its
+    name: 'mxhorovod-bg' stays the communication alone."""
+    hvd.init()
+    try:
+        hvd.start_timeline(str(tmp_path / "timeline.json"))
+        hvd.allreduce(mx.nd.ones((4,)), name="named.threads").wait_to_read()
+        names = _thread_names()
+        assert names.count("mxhorovod-bg") == 1 and names.count("mxhorovod-tl") == 1, names
+        hvd.stop_timeline()
+    finally:
+        hvd.shutdown()
+
+
 def test_init_twice_and_after_shutdown():
     hvd.init()
     hvd.init()  # no-op while running

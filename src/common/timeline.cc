@@ -1,5 +1,7 @@
 #include "timeline.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -185,6 +187,9 @@ void Timeline::RecordResponses(const std::vector<Response>& responses) {
 }
 
 void Timeline::WriterLoop() {
+  // Started by the background thread, whose name a new thread inherits: named apart, so
+  // that "mxhorovod-bg" is the communication alone (README, "Which thread is ours").
+  pthread_setname_np(pthread_self(), "mxhorovod-tl");
   std::vector<Event> batch;
   while (true) {
     bool stopping;
