@@ -28,11 +28,16 @@ def next_number(kind, process_set_id):
     return next(counter)
 
 
+def _drop(sets):
+    """Drops the numbers of the sets whose id ``sets(id)`` is true."""
+    for key in [k for k in _counters if sets(k[1])]:
+        del _counters[key]
+
+
 def forget_set(process_set_id):
     """The set ``process_set_id`` is gone (removed): its numbers are dropped."""
     pid = int(process_set_id)
-    for key in [k for k in _counters if k[1] == pid]:
-        _counters.pop(key, None)
+    _drop(lambda i: i == pid)
 
 
 def new_session():
@@ -40,5 +45,4 @@ def new_session():
     do too. The global set's (id 0 in every session) are kept: every rank of the job made
     the same calls on it, so they agree, and objects made before (a trainer's prefix) keep
     names distinct from those made after."""
-    for key in [k for k in _counters if k[1] != 0]:
-        _counters.pop(key, None)
+    _drop(lambda i: i != 0)
