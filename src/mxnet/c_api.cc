@@ -114,6 +114,7 @@ Status CheckReduceOp(OpType type, int op, const char* name) {
 struct Names {
   const char* const* c = nullptr;
   const std::string* s = nullptr;
+  bool distinct = false;  // made distinct by the caller: not checked again
   const char* c_str(int i) const { return s ? s[i].c_str() : c[i]; }
   std::string str(int i) const { return s ? s[i] : std::string(c[i] ? c[i] : ""); }
 };
@@ -179,13 +180,16 @@ int Grouped(OpType type, void** inputs, void** outputs, int num, const Names& na
                                             names.str(j) + "' are the same array or views of one buffer"));
       }
     }
-    // The core matches tensors by name: one name twice (C callers; Python names a group's
-    // tensors '<name>.<i>') could not be told apart.
+    // The core matches tensors by name: one name twice (C callers, or a list of names
+    // from Python) could not be told apart.
     std::vector<const std::string*> sorted;
-    sorted.reserve(num);
-    for (const auto& t : op->tensors) sorted.push_back(&t.request.name);
-    std::sort(sorted.begin(), sorted.end(), [](const std::string* a, const std::string* b) { return *a < *b; });
-    for (int k = 1; k < num; ++k) {
+    if (!names.distinct) {
+      sorted.reserve(num);
+      for (const auto& t : op->tensors) sorted.push_back(&t.request.name);
+      std::sort(sorted.begin(), sorted.end(),
+                [](const std::string* a, const std::string* b) { return *a < *b; });
+    }
+    for (size_t k = 1; k < sorted.size(); ++k) {
       if (*sorted[k] == *sorted[k - 1]) {
         return refuse(Status::InvalidArgument(kind() + ": the name '" + *sorted[k] + "' appears twice"));
       }
@@ -205,9 +209,10 @@ int Grouped(OpType type, void** inputs, void** outputs, int num, const Names& na
 
 int Call(OpType type, void** inputs, void** outputs, int num, const std::string* names,
          int reduce_op, double prescale, double postscale, int priority, int process_set_id,
-         const std::string* fail_with) {
+         const std::string* fail_with, bool names_distinct) {
   Names n;
   n.s = names;
+  n.distinct = names_distinct;
   return Grouped(type, inputs, outputs, num, n, reduce_op, prescale, postscale, priority,
                  process_set_id, fail_with);
 }

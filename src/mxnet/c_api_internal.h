@@ -17,9 +17,11 @@ namespace mx {
 // MXHorovodGetLastError(). With `fail_with`, nothing is pushed: the tensors are submitted
 // as failed on this rank with that text, so that the other ranks get the error instead of
 // waiting (for a call whose input could not be read here), and the call returns -1.
+// `names_distinct`: the caller made the names distinct ('<base>.<i>'), so the check for a
+// name given twice (a sort of the names: 9% of a 1,000-tensor group's call) is skipped.
 int Call(OpType type, void** inputs, void** outputs, int num, const std::string* names,
          int reduce_op, double prescale, double postscale, int priority, int process_set_id,
-         const std::string* fail_with = nullptr);
+         const std::string* fail_with = nullptr, bool names_distinct = false);
 
 // MXWaitforHorovodBroadcast with a std::string name and the same `fail_with`.
 int Broadcast(void* input, void* output, const std::string& name, int root_rank, int priority,

@@ -80,8 +80,11 @@ std::string UnreadableInput(const Status& s) {
 
 // A group's names: a list of str as given, or one str `base` for n tensors named
 // '<base>.<i>' (the group convention; formatting 1,000 names in Python cost 0.4 ms).
-std::vector<std::string> GroupNames(const py::object& names, size_t n) {
-  if (!py::isinstance<py::str>(names)) return names.cast<std::vector<std::string>>();
+// `made` (if given): whether the names were made here, distinct by construction.
+std::vector<std::string> GroupNames(const py::object& names, size_t n, bool* made = nullptr) {
+  const bool base_given = py::isinstance<py::str>(names);
+  if (made) *made = base_given;
+  if (!base_given) return names.cast<std::vector<std::string>>();
   const std::string base = names.cast<std::string>() + ".";
   std::vector<std::string> out;
   out.reserve(n);
@@ -94,7 +97,8 @@ std::vector<std::string> GroupNames(const py::object& names, size_t n) {
 void CallGrouped(OpType type, const char* what, const std::vector<uintptr_t>& ins,
                  const std::vector<uintptr_t>& outs, const py::object& name_or_names, int op,
                  double pre, double post, int priority, int ps, bool settle) {
-  const std::vector<std::string> names = GroupNames(name_or_names, ins.size());
+  bool made = false;
+  const std::vector<std::string> names = GroupNames(name_or_names, ins.size(), &made);
   if (ins.size() != outs.size() || ins.size() != names.size()) {
     ThrowInvalid(std::string(what) + ": inputs, outputs and names differ in length");
   }
@@ -112,7 +116,7 @@ void CallGrouped(OpType type, const char* what, const std::vector<uintptr_t>& in
     for (size_t i = 0; settle && s.ok() && i < in.size(); ++i) s = Settle(in[i], false);
     const std::string why = UnreadableInput(s);
     rc = mx::Call(type, in.data(), out.data(), (int)in.size(), names.data(), op, pre, post,
-                  priority, ps, s.ok() ? nullptr : &why);
+                  priority, ps, s.ok() ? nullptr : &why, made);
   }
   Raise(s);
   Check(rc);
