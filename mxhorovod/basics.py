@@ -99,6 +99,7 @@ def init(comm=None, process_sets=None):
     _core.init(comm_f2c, ranks, [p.ranks for p in static if p.ranks is not None], dynamic)
     if starting:
         naming.new_session()  # the sets' ids start from 1 again, their unnamed calls from 0
+        _ps._end_session()    # sets of an earlier session lose their ids (before any new ones)
     _ps._registered(static)
     rank_, size_, local_rank_, local_size_ = _core.topology()[:4]
     log.set_rank(rank_)
@@ -168,9 +169,14 @@ def shutdown():
     one completing): a training loop's last ``step()`` returns before its collectives have
     run, and a script ending with ``hvd.shutdown()`` failed that step on every rank (its
     own "did not run: mxhorovod is not running", the peers' "a peer rank shut down", as
-    Horovod's "Horovod has been shut down")."""
+    Horovod's "Horovod has been shut down").
+
+    Process sets registered in this session lose their ids (``process_set_id`` None): the
+    next session numbers its sets from 1 again, so an old id could name another set."""
     _let_called_collectives_run("shutdown()")
     _core.shutdown()
+    from mxhorovod import process_sets as _ps
+    _ps._end_session()  # their ids may name other sets in the next session
 
 
 def start_timeline(file_path, mark_cycles=False):

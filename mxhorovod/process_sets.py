@@ -16,6 +16,8 @@ Sets can also be added and removed after ``init`` when ``HOROVOD_DYNAMIC_PROCESS
 is set (or ``init(process_sets="dynamic")``): every rank of the job must call
 ``add_process_set`` / ``remove_process_set`` with the same arguments in the same order.
 """
+import weakref
+
 from mxhorovod import _core, naming
 from mxhorovod.errors import InvalidArgumentError
 
@@ -27,7 +29,9 @@ class ProcessSet:
     (its ranks in MPI_COMM_WORLD).
 
     Attributes:
-        process_set_id: int once registered (0 for the global set), else None.
+        process_set_id: int once registered (0 for the global set), else None; None again
+            after ``shutdown()`` or a new ``init()`` (ids are numbered afresh in each
+            session; pass the set to ``init()`` or ``add_process_set()`` again).
         ranks: the job ranks, ascending (None for the global set before init).
         mpi_comm: the mpi4py communicator it was made from, if any.
     """
@@ -220,12 +224,33 @@ def _check_distinct(sets):
         raise ValueError("init(process_sets=...): the same ranks are listed in two sets")
 
 
+# The sets given an id in this session of the core (id(set) -> set). Ids are unique only
+# within a session: every init() numbers its sets from 1 again, so a set kept from an earlier
+# session would name whichever new set got its id (a collective on other ranks, or a hang).
+_holding_ids = weakref.WeakValueDictionary()
+
+
+def _hold(ps):
+    if ps.process_set_id is not None:
+        _holding_ids[id(ps)] = ps
+
+
+def _end_session():
+    """shutdown(), or init() starting a new session: every set registered before loses its
+    id (``process_set_id`` None; a collective on it raises "not registered" until it is
+    passed to init() or add_process_set() again)."""
+    for ps in list(_holding_ids.values()):
+        ps._invalidate()
+    _holding_ids.clear()
+
+
 def _registered(sets):
     """After init: gives the static sets their ids (1, 2, ... in list order)."""
     ids = {tuple(entry[1]): entry[0] for entry in _core.process_sets()}
     for ps in sets:
         # None: init() was already running (or the set's ranks were not resolved then)
         ps.process_set_id = None if ps.ranks is None else ids.get(tuple(ps.ranks))
+        _hold(ps)
 
 
 def add_process_set(process_set):
@@ -251,6 +276,7 @@ def add_process_set(process_set):
         from mxhorovod import basics
         _resolve_comm_sets([process_set], basics._job_comm(), "add_process_set")
     process_set.process_set_id = _core.add_process_set(process_set.ranks)
+    _hold(process_set)
     return process_set
 
 

@@ -77,5 +77,25 @@ if b.included():
     unnamed_sum(b, calls=2)
 hvd.allreduce(x, name="sync.5").wait_to_read()
 
+# (3) A set of an earlier session has no id any more: `a` kept id 1 before, which now names
+# b = [1, 2], so a collective on `a` ran on b's ranks (rank 0, a member of `a`, was told
+# it is not in the set). Now every rank raises "not registered".
+assert a.process_set_id is None and ps.process_set_id is None, (a, ps)
+assert a.included() is None and a.size() is None, a
+try:
+    hvd.allreduce(x, op=hvd.Sum, process_set=a)
+    raise AssertionError("a set of an earlier session was used: %s" % a)
+except ValueError as e:
+    assert "is not registered" in str(e), str(e)
+hvd.allreduce(x, name="sync.6").wait_to_read()
+hvd.shutdown()
+assert b.process_set_id is None, b  # shutdown() ends the session's ids too
+# Passed to init() again, the old object is registered afresh and works.
+hvd.init(process_sets=[a])
+assert a.process_set_id == 1, a
+if a.included():
+    unnamed_sum(a, calls=1)
+hvd.allreduce(x, name="sync.7").wait_to_read()
+
 print("RANK %d OK" % r, flush=True)
 hvd.shutdown()
