@@ -84,3 +84,14 @@ def test_stall_in_a_process_set_names_it_and_does_not_stop_the_job(tmp_path):
     late = [k for k, v in names.items() if v == "ps.late [process set 1]"][0]
     ready = [e["args"]["rank"] for e in events if e.get("pid") == late and e["ph"] == "i"]
     assert ready == [0, 2], ready
+
+
+def test_ranks_waiting_in_init_for_a_late_peer_say_so_and_then_work():
+    # hvd.init() on some ranks only waited in MPI forever without a word. Rank 1 arrives
+    # 33 s late: rank 0 warns once (at 30 s, the floor of the interval), then both work.
+    out = run_ranks(2, "init_late_peer.py", ["33"], timeout=240,
+                    env={"HOROVOD_STALL_CHECK_TIME_SECONDS": "1"}).stdout
+    waits = [line for _, level, line in log_lines(out)
+             if level == "warning" and "for the other ranks to call hvd.init()" in line]
+    assert len(waits) == 1, out
+    assert "init(): rank 0 of 2 has waited 30 s" in waits[0], waits

@@ -4,6 +4,7 @@
 
 #include <mpi.h>
 #include <pthread.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -127,8 +128,48 @@ Status BuildTopology(MPI_Comm comm, Topology* t, HostComms* hc) {
   return Status::OK();
 }
 
-Status StartMPI(int64_t comm_f2c, const std::vector<int>& ranks, bool hierarchical, MPI_Comm* comm,
-                Topology* topo, HostComms* hc) {
+// Every rank of `parent` must call init(); one whose peers never do (a script that calls
+// hvd.init() on some ranks only, or a peer stuck before it) waited in the first collective
+// forever without a word. So the first collective is an MPI_Ibarrier, tested every
+// millisecond; while it lasts, a warning every HOROVOD_STALL_CHECK_TIME_SECONDS (at least
+// kInitWarnS: ranks importing MXNet on a busy machine reach init() seconds apart) says what
+// this rank waits for. It keeps waiting: a peer may legitimately reach init() late.
+constexpr double kInitWarnS = 30;
+
+Status WaitForPeersAtInit(MPI_Comm parent, const Config& cfg) {
+  const StallSettings& stall = cfg.stall;
+  MPI_Request req;
+  auto s = MPICheck(MPI_Ibarrier(parent, &req), "MPI_Ibarrier (init)");
+  if (!s.ok()) return s;
+  int rank = 0, size = 0;
+  MPI_Comm_rank(parent, &rank);
+  MPI_Comm_size(parent, &size);
+  ConfigureLogging(cfg.log, rank);  // the job's rank (no list of ranks given to init)
+  const auto start = std::chrono::steady_clock::now();
+  const auto every = std::chrono::duration<double>(std::max(stall.check_s, kInitWarnS));
+  auto next_warning = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(every);
+  for (int round = 0;; ++round) {
+    int done = 0;
+    s = MPICheck(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test (init)");
+    if (!s.ok() || done) return s;
+    const auto now = std::chrono::steady_clock::now();
+    if (stall.enabled && now >= next_warning) {
+      const long waited = (long)std::chrono::duration<double>(now - start).count();
+      LogWarning("init(): rank " + std::to_string(rank) + " of " + std::to_string(size) +
+                 " has waited " + std::to_string(waited) + " s for the other ranks to call "
+                 "hvd.init() (every rank of the job must; still waiting)");
+      next_warning += std::chrono::duration_cast<std::chrono::steady_clock::duration>(every);
+    }
+    if (round < 100) {
+      sched_yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+}
+
+Status StartMPI(int64_t comm_f2c, const std::vector<int>& ranks, bool hierarchical,
+                const Config& cfg, MPI_Comm* comm, Topology* topo, HostComms* hc) {
   State& st = S();
   int inited = 0, finalized = 0;
   MPI_Finalized(&finalized);
@@ -174,6 +215,11 @@ Status StartMPI(int64_t comm_f2c, const std::vector<int>& ranks, bool hierarchic
     MPI_Group_free(&group);
     if (!s.ok()) return s;
     parent = sub;
+  } else {
+    // (With a list of ranks, MPI_Comm_create_group above is the first collective, over the
+    // listed ranks only.)
+    auto s = WaitForPeersAtInit(parent, cfg);
+    if (!s.ok()) return s;
   }
   auto s = MPICheck(MPI_Comm_dup(parent, comm), "MPI_Comm_dup");
   if (sub != MPI_COMM_NULL) MPI_Comm_free(&sub);
@@ -437,7 +483,8 @@ void BackgroundLoop(StartArgs args) {
   MPI_Comm comm = MPI_COMM_NULL;
   Topology topo;
   HostComms hc;
-  Status s = StartMPI(args.comm_f2c, args.ranks, cfg.hierarchical_allreduce, &comm, &topo, &hc);
+  Status s = StartMPI(args.comm_f2c, args.ranks, cfg.hierarchical_allreduce, cfg, &comm, &topo,
+                      &hc);
   if (s.ok()) s = AgreeOnSettings(comm, topo, st.dynamic_process_sets, &cfg);
   std::shared_ptr<ProcessSet> global;
   if (s.ok()) {
