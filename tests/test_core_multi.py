@@ -197,3 +197,13 @@ def test_doorbell_waits_wake_whoever_is_late(case, np_):
     if left:
         time.sleep(2)
         assert not (_bells() & left), left
+
+
+@pytest.mark.parametrize("np_,env", [
+    (2, {}), (3, {}), (2, {"MXNET_ENGINE_TYPE": "NaiveEngine"}), (3, {"HOROVOD_CACHE_CAPACITY": "0"}),
+])
+def test_grouped_call_of_different_lengths_fails_on_every_rank(np_, env):
+    # grouped_allreduce / grouped_reducescatter with a list one rank shorter: every rank
+    # raises 'Mismatched numbers of tensors' (the shorter rank used to go on, the others to
+    # wait forever), and the same names work again afterwards.
+    run_ranks(np_, "group_size_mismatch.py", timeout=180, env=env)

@@ -133,6 +133,18 @@ Status Controller::ComputeResponses(bool shutdown_requested, CycleResult* out) {
   s = Coordinate(to_send, &negotiated);
   if (!s.ok()) return s;
   for (auto& resp : negotiated) {
+    if (resp.type == Response::kError && cache_.capacity()) {
+      // A failed tensor waiting here as a cache hit (a group's tensor that the peers lack,
+      // named in their group-size mismatch) is no longer this rank's hit.
+      for (const auto& name : resp.names) {
+        TensorTableEntry* e = queue_->Find(name);
+        int bit = -1;
+        if (e && cache_.Find(e->request, &bit) == ResponseCache::kHit && pending_hits_.Has(bit) &&
+            pending_hits_.Name(bit) == name) {
+          pending_hits_.Erase(bit);
+        }
+      }
+    }
     if (resp.type == Response::kOk && cache_.capacity() && !IsControl(resp.op_type)) {
       TensorTableEntry* e = queue_->Find(resp.names[0]);
       if (e) {
@@ -189,6 +201,7 @@ Status Controller::Coordinate(std::vector<Request> mine, std::vector<Response>* 
       }
       table_.Add(reqs, &ready);
     }
+    table_.EndRound();
     // [stall] Stall shutdown: the names still waiting get their errors on every rank.
     for (auto& err : stall_errors_) {
       if (!table_.Contains(err.names[0])) continue;  // completed in this very round

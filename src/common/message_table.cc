@@ -24,6 +24,7 @@ std::string Num(double v) {
 
 void MessageTable::Add(const std::vector<Request>& reqs, std::vector<Response>* ready) {
   for (const auto& r : reqs) {
+    if (!drop_.empty() && drop_.erase({r.name, r.rank})) continue;
     auto& slot = table_[r.name];
     if (slot.empty()) {
       slot.resize(size_);
@@ -34,8 +35,11 @@ void MessageTable::Add(const std::vector<Request>& reqs, std::vector<Response>* 
     if (r.rank < 0 || r.rank >= size_) continue;
     slot[r.rank] = r;
     if (std::all_of(slot.begin(), slot.end(), [](const Request& q) { return q.rank >= 0; })) {
-      ready->push_back(Build(slot));
+      Response resp = Build(slot);
+      const std::vector<Request> done = std::move(slot);
       Erase(r.name);
+      if (resp.type == Response::kError) DropGroupExtras(done, &resp);
+      ready->push_back(std::move(resp));
     }
   }
 }
@@ -69,6 +73,11 @@ Response MessageTable::Build(const std::vector<Request>& reqs) const {
               std::to_string(a.rank) + " asks for " + ShapeString(a.shape) + ", rank " +
               std::to_string(b.rank) + " for " + ShapeString(b.shape);
       }
+    } else if (b.group_size != a.group_size && a.group_size > 0 && b.group_size > 0) {
+      err = std::string("Mismatched numbers of tensors in the call of ") + OpTypeName(a.op_type) +
+            " '" + a.name + "': rank " + std::to_string(a.rank) + " passed " +
+            std::to_string(a.group_size) + ", rank " + std::to_string(b.rank) + " passed " +
+            std::to_string(b.group_size) + " (a grouped call must have the same length on every rank)";
     } else if (b.dtype != a.dtype) {
       err = Mismatch("data types", a, b, DTypeName(a.dtype), DTypeName(b.dtype));
     } else if (reduces && b.reduce_op != a.reduce_op) {
@@ -111,6 +120,44 @@ Response MessageTable::Build(const std::vector<Request>& reqs) const {
     resp.error = err;
   }
   return resp;
+}
+
+void MessageTable::DropGroupExtras(const std::vector<Request>& reqs, Response* resp) {
+  const std::string& name = reqs[0].name;
+  // Once per group, at its tensor 0 (every group has one; the tensors 1 .. smallest-1 get
+  // the same mismatch error by themselves).
+  if (name.size() < 2 || name.compare(name.size() - 2, 2, ".0") != 0) return;
+  int32_t lo = 0, hi = 0;
+  for (const auto& r : reqs) {
+    if (!r.local_error.empty() || r.group_size <= 0) return;  // not a group-size mismatch
+    lo = lo ? std::min(lo, r.group_size) : r.group_size;
+    hi = std::max(hi, r.group_size);
+  }
+  if (lo == hi) return;
+  const std::string base = name.substr(0, name.size() - 1);
+  // The extras come first: a rank fails its own call's extras before its tensor 0, which
+  // completes that call and may admit its next call of these names, whose tensors must
+  // not be failed by this response.
+  std::vector<std::string> names;
+  for (int32_t k = lo; k < hi; ++k) {
+    const std::string extra = base + std::to_string(k);
+    names.push_back(extra);
+    auto it = table_.find(extra);
+    for (const auto& r : reqs) {
+      if (r.group_size <= k) continue;  // this rank has no tensor k
+      if (it != table_.end() && it->second[r.rank].rank >= 0) {
+        it->second[r.rank].rank = -1;  // submitted already: forget it
+      } else {
+        drop_.insert({extra, r.rank});  // still to come (a later cycle): ignore it then
+      }
+    }
+    if (it != table_.end() &&
+        std::none_of(it->second.begin(), it->second.end(), [](const Request& q) { return q.rank >= 0; })) {
+      Erase(extra);
+    }
+  }
+  names.insert(names.end(), resp->names.begin(), resp->names.end());
+  resp->names.swap(names);
 }
 
 void MessageTable::Erase(const std::string& name) {

@@ -4,7 +4,9 @@
 #define MXHOROVOD_COMMON_MESSAGE_TABLE_H_
 
 #include <chrono>
+#include <set>
 #include <string>
+#include <utility>
 #include <unordered_map>
 #include <vector>
 
@@ -32,11 +34,19 @@ class MessageTable {
   bool Contains(const std::string& name) const { return table_.count(name) > 0; }
   // Drops a waiting name (the coordinator answered it with an error: stall shutdown).
   void Erase(const std::string& name);
+  // End of a negotiation round: a group's tensors are queued together, so a rank's requests
+  // of one group reach the coordinator in one round; drops not met by then are forgotten.
+  void EndRound() { drop_.clear(); }
   size_t size() const { return table_.size(); }
 
  private:
   Response Build(const std::vector<Request>& reqs) const;
+  // After a group-size mismatch on '<base>.0': the group's tensors that only some ranks
+  // have ('<base>.<k>', k >= the smallest group) are named in the error, so the ranks that
+  // submitted them fail them too; their requests are dropped here, now or when they come.
+  void DropGroupExtras(const std::vector<Request>& reqs, Response* resp);
   int size_;
+  std::set<std::pair<std::string, int>> drop_;  // (name, rank) whose request is ignored once
   std::unordered_map<std::string, std::vector<Request>> table_;
   std::vector<std::string> order_;  // first-arrival order, for Pending()
   std::unordered_map<std::string, std::chrono::steady_clock::time_point> since_;

@@ -72,6 +72,7 @@ std::string EncodeRequests(const std::vector<Request>& reqs) {
     w.Str(r.name);
     w.Ints(r.shape);
     w.Ints(r.splits);
+    w.Pod(r.group_size);
     w.Str(r.local_error);
   }
   return w.Take();
@@ -91,6 +92,7 @@ std::vector<Request> DecodeRequests(const char* data, size_t size) {
     r.name = rd.Str();
     r.shape = rd.Ints();
     r.splits = rd.Ints();
+    r.group_size = rd.Pod<int32_t>();
     r.local_error = rd.Str();
   }
   if (!rd.Done()) throw std::runtime_error("mxhorovod: trailing bytes in request list");

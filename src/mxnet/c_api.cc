@@ -157,6 +157,7 @@ int Grouped(OpType type, void** inputs, void** outputs, int num, const Names& na
       t.request.reduce_op = static_cast<ReduceOp>(reduce_op);
       t.request.prescale = prescale;
       t.request.postscale = postscale;
+      t.request.group_size = num;
     }
     op->tensors.push_back(std::move(t));
   }
