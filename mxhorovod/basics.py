@@ -99,7 +99,6 @@ def init(comm=None, process_sets=None):
     _core.init(comm_f2c, ranks, [p.ranks for p in static if p.ranks is not None], dynamic)
     if starting:
         naming.new_session()  # the sets' ids start from 1 again, their unnamed calls from 0
-        _ps._end_session()    # sets of an earlier session lose their ids (before any new ones)
     _ps._registered(static)
     rank_, size_, local_rank_, local_size_ = _core.topology()[:4]
     log.set_rank(rank_)

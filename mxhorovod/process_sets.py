@@ -30,8 +30,8 @@ class ProcessSet:
 
     Attributes:
         process_set_id: int once registered (0 for the global set), else None; None again
-            after ``shutdown()`` or a new ``init()`` (ids are numbered afresh in each
-            session; pass the set to ``init()`` or ``add_process_set()`` again).
+            after ``shutdown()`` (ids are numbered afresh in each session; pass the set to
+            ``init()`` or ``add_process_set()`` again).
         ranks: the job ranks, ascending (None for the global set before init).
         mpi_comm: the mpi4py communicator it was made from, if any.
     """
@@ -236,9 +236,9 @@ def _hold(ps):
 
 
 def _end_session():
-    """shutdown(), or init() starting a new session: every set registered before loses its
-    id (``process_set_id`` None; a collective on it raises "not registered" until it is
-    passed to init() or add_process_set() again)."""
+    """At shutdown() (the only way a session ends; the next init() numbers its sets from 1
+    again): every set registered in it loses its id (``process_set_id`` None; a collective on
+    it raises "not registered" until it is passed to init() or add_process_set() again)."""
     for ps in list(_holding_ids.values()):
         ps._invalidate()
     _holding_ids.clear()

@@ -4,7 +4,6 @@
 
 #include <mpi.h>
 #include <pthread.h>
-#include <sched.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -131,7 +130,7 @@ Status BuildTopology(MPI_Comm comm, Topology* t, HostComms* hc) {
 // Every rank of `parent` must call init(); one whose peers never do (a script that calls
 // hvd.init() on some ranks only, or a peer stuck before it) waited in the first collective
 // forever without a word. So the first collective is an MPI_Ibarrier, tested every
-// millisecond; while it lasts, a warning every HOROVOD_STALL_CHECK_TIME_SECONDS (at least
+// millisecond (init() may take that much longer); while it lasts, a warning every HOROVOD_STALL_CHECK_TIME_SECONDS (at least
 // kInitWarnS: ranks importing MXNet on a busy machine reach init() seconds apart) says what
 // this rank waits for. It keeps waiting: a peer may legitimately reach init() late.
 constexpr double kInitWarnS = 30;
@@ -148,7 +147,7 @@ Status WaitForPeersAtInit(MPI_Comm parent, const Config& cfg) {
   const auto start = std::chrono::steady_clock::now();
   const auto every = std::chrono::duration<double>(std::max(stall.check_s, kInitWarnS));
   auto next_warning = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(every);
-  for (int round = 0;; ++round) {
+  for (;;) {
     int done = 0;
     s = MPICheck(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test (init)");
     if (!s.ok() || done) return s;
@@ -160,11 +159,7 @@ Status WaitForPeersAtInit(MPI_Comm parent, const Config& cfg) {
                  "hvd.init() (every rank of the job must; still waiting)");
       next_warning += std::chrono::duration_cast<std::chrono::steady_clock::duration>(every);
     }
-    if (round < 100) {
-      sched_yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 }
 

@@ -62,20 +62,21 @@ hvd.allreduce(x, name="sync.3").wait_to_read()
 hvd.shutdown()
 
 # The same with static sets: init(process_sets=[...]) numbers them from 1 in each session.
-a = hvd.ProcessSet([0, 2])
-hvd.init(process_sets=[a])
-assert a.process_set_id == 1, a
-if a.included():
-    unnamed_sum(a, calls=2)
-hvd.allreduce(x, name="sync.4").wait_to_read()
-hvd.shutdown()
+def static_session(ps, calls, sync):
+    """init(process_sets=[ps]): ps gets id 1; `calls` unnamed calls on it, then a global
+    call named `sync`."""
+    hvd.init(process_sets=[ps])
+    assert ps.process_set_id == 1, ps
+    if ps.included():
+        unnamed_sum(ps, calls=calls)
+    hvd.allreduce(x, name=sync).wait_to_read()
 
+
+a = hvd.ProcessSet([0, 2])
+static_session(a, 2, "sync.4")
+hvd.shutdown()
 b = hvd.ProcessSet([1, 2])
-hvd.init(process_sets=[b])
-assert b.process_set_id == 1, b
-if b.included():
-    unnamed_sum(b, calls=2)
-hvd.allreduce(x, name="sync.5").wait_to_read()
+static_session(b, 2, "sync.5")
 
 # (3) A set of an earlier session has no id any more: `a` kept id 1 before, which now names
 # b = [1, 2], so a collective on `a` ran on b's ranks (rank 0, a member of `a`, was told
@@ -91,11 +92,7 @@ hvd.allreduce(x, name="sync.6").wait_to_read()
 hvd.shutdown()
 assert b.process_set_id is None, b  # shutdown() ends the session's ids too
 # Passed to init() again, the old object is registered afresh and works.
-hvd.init(process_sets=[a])
-assert a.process_set_id == 1, a
-if a.included():
-    unnamed_sum(a, calls=1)
-hvd.allreduce(x, name="sync.7").wait_to_read()
+static_session(a, 1, "sync.7")
 
 print("RANK %d OK" % r, flush=True)
 hvd.shutdown()
