@@ -116,6 +116,9 @@ Status Controller::ComputeResponses(bool shutdown_requested, CycleResult* out) {
       }
     }
   }
+  size_t ready_hits = 0;  // one response each: room for them at once (a copy per growth step)
+  for (size_t w = 0; w < words; ++w) ready_hits += __builtin_popcountll(vec[1 + words + w] & vec[1 + w]);
+  out->responses.reserve(out->responses.size() + ready_hits);
   for (size_t w = 0; w < words; ++w) {
     uint64_t ready = vec[1 + words + w] & vec[1 + w];
     for (int b = 0; b < 64 && ready; ++b) {

@@ -30,67 +30,45 @@ constexpr int kCPUContext[2] = {1, 0};  // mxnet::Context{kCPU, 0}
 // run in the order their inputs become ready, which for gradients is backward's order.
 constexpr int kAsyncProperty = 4;
 
-// Same layout as mxnet::engine::CallbackOnComplete (engine.h), whose members are private:
-// the engine passes a pointer to one that lives only during our function, so we copy it.
-struct EngineCallback {
-  void (*fn)(void* engine, void* param, const dmlc::Error* error);
-  void* engine;
-  void* param;
-};
-
 // Completes the engine operation once every tensor of the call is done; then takes it out
-// of its names' lines, admitting the next calls of those names, and deletes itself. The
-// tensors' callbacks hold a plain pointer to it: a callable that small is stored inside
-// std::function (a shared_ptr capture was a heap allocation and two atomic counts per tensor).
-class Completion {
- public:
-  Completion(EngineCallback cb, EngineOp* op) : cb_(cb), op_(op), remaining_(op->names.size()) {}
-  void Done(const Status& s) {
-    if (!s.ok()) {
-      std::lock_guard<std::mutex> lk(mu_);
-      if (error_.empty()) error_ = s.reason();
-    }
-    if (--remaining_ == 0) End();  // the last callback: no other thread touches this any more
-  }
-  // Completes the whole operation at once, before any tensor reached the core.
-  void Fail(const std::string& msg) {
-    error_ = msg;
-    End();
-  }
+// of its names' lines, admitting the next calls of those names. The tensors' callbacks hold
+// a plain pointer to the operation: a callable that small is stored inside std::function
+// (a shared_ptr capture was a heap allocation and two atomic counts per tensor).
+void End(EngineOp* op);
 
- private:
-  void End() {
-    // Out of the lines first: MXNet may delete the operation when it is told. The next
-    // calls of its names run after (from this thread, no lock held).
-    auto admitted = op_->set->queue.Finish(op_->names, op_->ticket);
-    Finish();
-    delete this;
-    TensorQueue::RunAdmitted(std::move(admitted));
+void Done(EngineOp* op, const Status& s) {
+  OpCompletion& c = op->completion;
+  if (!s.ok()) {
+    std::lock_guard<std::mutex> lk(c.mu);
+    if (c.error.empty()) c.error = s.reason();
   }
-  void Finish() {
-    if (error_.empty()) {
-      op_->Release();
-      cb_.fn(cb_.engine, cb_.param, nullptr);
-    } else {
-      // MXNet stores a copy and rethrows it at the next wait on the outputs, but only once
-      // for all of them (raising clears it): the outputs become NaN, so that the ones read
-      // after the first do not pass for results. The core no longer touches the buffers;
-      // our handles are freed before MXNet is told (EngineOp::Release).
-      for (const auto& t : op_->tensors) {
-        if (t.fill_on_error) FillNaN(t.output);
-      }
-      op_->Release();
-      if (op_->failure) *op_->failure = error_;
-      dmlc::Error err("mxhorovod: " + error_);
-      cb_.fn(cb_.engine, cb_.param, &err);
+  if (--c.remaining == 0) End(op);  // the last callback: no other thread touches it any more
+}
+
+void End(EngineOp* op) {
+  // Out of the lines first: MXNet may delete the operation when it is told (inside the
+  // callback, with the completion it holds). The next calls of its names run after (from
+  // this thread, no lock held).
+  auto admitted = op->set->queue.Finish(op->names, op->ticket);
+  const EngineCallback cb = op->completion.cb;
+  if (op->completion.error.empty()) {
+    op->Release();
+    cb.fn(cb.engine, cb.param, nullptr);
+  } else {
+    // MXNet stores a copy and rethrows it at the next wait on the outputs, but only once
+    // for all of them (raising clears it): the outputs become NaN, so that the ones read
+    // after the first do not pass for results. The core no longer touches the buffers;
+    // our handles are freed before MXNet is told (EngineOp::Release).
+    for (const auto& t : op->tensors) {
+      if (t.fill_on_error) FillNaN(t.output);
     }
+    op->Release();
+    if (op->failure) *op->failure = op->completion.error;
+    dmlc::Error err("mxhorovod: " + op->completion.error);
+    cb.fn(cb.engine, cb.param, &err);  // `op` may be gone after this
   }
-  EngineCallback cb_;
-  EngineOp* op_;
-  std::atomic<size_t> remaining_;
-  std::mutex mu_;
-  std::string error_;
-};
+  TensorQueue::RunAdmitted(std::move(admitted));
+}
 
 std::vector<std::string> NamesOf(const EngineOp& op) {
   std::vector<std::string> names;
@@ -111,8 +89,13 @@ TensorTableEntry TakeEntry(OpTensor& t, int32_t set_id) {
 }
 
 // Hands the operation's tensors to the core (it is first in its names' lines).
-void Submit(EngineOp* op, Completion* done) {
-  std::vector<TensorTableEntry> entries;
+void Submit(EngineOp* op) {
+  // The entries' vector is the thread's, kept between calls (one allocation less per call
+  // made on one thread and freed on another); taken out while in use, so that a Submit
+  // nested in this one (through a failure's callbacks) allocates its own.
+  thread_local std::vector<TensorTableEntry> kept;
+  std::vector<TensorTableEntry> entries = std::move(kept);
+  entries.clear();
   entries.reserve(op->tensors.size());
   for (OpTensor& t : op->tensors) {
     entries.push_back(TakeEntry(t, op->set->id));
@@ -132,11 +115,13 @@ void Submit(EngineOp* op, Completion* done) {
     } else {
       e.output.elements = Elements(t.output);  // checked by Describe at the call
     }
-    e.callback = [done](const Status& st) { done->Done(st); };
+    e.callback = [op](const Status& st) { Done(op, st); };
   }
   // Once queued, the entries may complete and `op` be deleted before Enqueue returns; it
   // touches the set only before queuing them (or when it refuses them).
   Enqueue(*op->set, std::move(entries));
+  entries.clear();  // moved from: the entries' husks, the capacity kept for the next call
+  kept = std::move(entries);
 }
 
 // Runs on an MXNet engine thread when the dependencies are ready; returns at once. The
@@ -146,10 +131,9 @@ void Submit(EngineOp* op, Completion* done) {
 void RunOp(void* /*rctx*/, void* on_complete, void* param) {
   auto* op = static_cast<EngineOp*>(param);
   op->ran = true;
-  EngineCallback cb;
-  std::memcpy(&cb, on_complete, sizeof(cb));
-  auto* done = new Completion(cb, op);
-  if (op->set->queue.Admit(op->names, op->ticket, [op, done] { Submit(op, done); })) Submit(op, done);
+  std::memcpy(&op->completion.cb, on_complete, sizeof(EngineCallback));
+  op->completion.remaining = op->names.size();
+  if (op->set->queue.Admit(op->names, op->ticket, [op] { Submit(op); })) Submit(op);
 }
 
 // Takes an operation submitted as failed (SubmitFailed) out of its names' lines once the
@@ -225,33 +209,74 @@ void DeleteOp(void* param) {
 }
 
 // Chunk -> number of our operations in flight reading or writing it. Never destroyed:
-// engine threads may delete operations after main() returns.
-std::mutex& UsesMu() {
-  static auto* mu = new std::mutex();
-  return *mu;
-}
-std::unordered_map<const void*, int>& Uses() {
-  static auto* uses = new std::unordered_map<const void*, int>();
+// engine threads may delete operations after main() returns. A chunk's node is counted
+// by the calling thread and erased by the background thread; erased nodes are kept for
+// reuse, so that neither allocates nor frees one per call (see TensorQueue::spare_).
+class ChunkUses {
+ public:
+  void Count(const std::vector<OpTensor>& tensors) {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (const auto& t : tensors) {
+      Add(t.input_chunk);
+      if (!t.in_place) Add(t.output_chunk);
+    }
+  }
+  void Uncount(const std::vector<OpTensor>& tensors) {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (const auto& t : tensors) {
+      Remove(t.input_chunk);
+      if (!t.in_place) Remove(t.output_chunk);
+    }
+  }
+  bool Has(const void* chunk) {
+    std::lock_guard<std::mutex> lk(mu_);
+    return uses_.count(chunk) > 0;
+  }
+
+ private:
+  using Map = std::unordered_map<const void*, int>;
+  static constexpr size_t kMaxSpare = 4096;
+  void Add(const void* c) {
+    auto it = uses_.find(c);
+    if (it != uses_.end()) {
+      ++it->second;
+    } else if (spare_.empty()) {
+      uses_.emplace(c, 1);
+    } else {
+      Map::node_type node = std::move(spare_.back());
+      spare_.pop_back();
+      node.key() = c;
+      node.mapped() = 1;
+      uses_.insert(std::move(node));
+    }
+  }
+  void Remove(const void* c) {
+    auto it = uses_.find(c);
+    if (it == uses_.end() || --it->second > 0) return;
+    if (spare_.size() < kMaxSpare) {
+      spare_.push_back(uses_.extract(it));
+    } else {
+      uses_.erase(it);
+    }
+  }
+  std::mutex mu_;
+  Map uses_;
+  std::vector<Map::node_type> spare_;
+};
+
+ChunkUses& Uses() {
+  static auto* uses = new ChunkUses();
   return *uses;
 }
 
 }  // namespace
 
-bool UsedByOurCollective(void* handle) {
-  const void* chunk = ChunkIdentity(handle);
-  std::lock_guard<std::mutex> lk(UsesMu());
-  return Uses().count(chunk) > 0;
-}
+bool UsedByOurCollective(void* handle) { return Uses().Has(ChunkIdentity(handle)); }
 
 void EngineOp::Release() {
-  if (!chunks.empty()) {
-    std::lock_guard<std::mutex> lk(UsesMu());
-    auto& uses = Uses();
-    for (const void* c : chunks) {
-      auto it = uses.find(c);
-      if (it != uses.end() && --it->second == 0) uses.erase(it);
-    }
-    chunks.clear();
+  if (chunks_counted) {
+    Uses().Uncount(tensors);
+    chunks_counted = false;
   }
   for (auto& t : tensors) {
     FreeHandle(t.input);
@@ -261,23 +286,33 @@ void EngineOp::Release() {
 }
 
 Status Push(std::unique_ptr<EngineOp> op, int priority, const char* opr_name) {
-  std::vector<void*> reads, writes;
-  for (const auto& t : op->tensors) {
+  // The engine's dependency lists: on the stack for a call of a few tensors (the common
+  // one-tensor call makes no allocation here).
+  constexpr size_t kOnStack = 8;
+  void* reads_on_stack[kOnStack];
+  void* writes_on_stack[kOnStack];
+  std::vector<void*> reads_on_heap, writes_on_heap;
+  const size_t n = op->tensors.size();
+  void** reads = reads_on_stack;
+  void** writes = writes_on_stack;
+  if (n > kOnStack) {
+    reads_on_heap.resize(n);
+    writes_on_heap.resize(n);
+    reads = reads_on_heap.data();
+    writes = writes_on_heap.data();
+  }
+  int num_reads = 0, num_writes = 0;
+  for (auto& t : op->tensors) {
     // Never list one array as both read and write: the engine would wait on itself.
-    if (!t.in_place) reads.push_back(t.input);
-    writes.push_back(t.output);
+    if (!t.in_place) reads[num_reads++] = t.input;
+    writes[num_writes++] = t.output;
+    t.input_chunk = ChunkIdentity(t.input);
+    if (!t.in_place) t.output_chunk = ChunkIdentity(t.output);
   }
   int ctx[2] = {kCPUContext[0], kCPUContext[1]};
   int prop = kAsyncProperty;
-  for (const auto& t : op->tensors) {
-    op->chunks.push_back(ChunkIdentity(t.input));
-    if (!t.in_place) op->chunks.push_back(ChunkIdentity(t.output));
-  }
-  {
-    std::lock_guard<std::mutex> lk(UsesMu());
-    auto& uses = Uses();
-    for (const void* c : op->chunks) ++uses[c];
-  }
+  Uses().Count(op->tensors);
+  op->chunks_counted = true;
   static const bool naive_engine = [] {
     const char* e = std::getenv("MXNET_ENGINE_TYPE");
     return e != nullptr && std::string(e) == "NaiveEngine";
@@ -290,13 +325,13 @@ Status Push(std::unique_ptr<EngineOp> op, int priority, const char* opr_name) {
   // under NaiveEngine, whose push returns only when the collective is done (it would hold
   // every other thread's collectives, maybe the ones the peers wait for); its operations
   // never wait for the engine, only in their lines.
-  static std::mutex* push_mu = new std::mutex();  // never destroyed: see UsesMu
+  static std::mutex* push_mu = new std::mutex();  // never destroyed: see Uses
   std::unique_lock<std::mutex> in_order(*push_mu, std::defer_lock);
   if (!naive_engine) in_order.lock();
   Register(op.get());  // before the engine may run it (inline, even)
   EngineOp* raw = op.release();
-  int rc = MXEnginePushAsyncND(&RunOp, raw, &DeleteOp, ctx, reads.data(), (int)reads.size(),
-                               writes.data(), (int)writes.size(), &prop, priority, opr_name, false);
+  int rc = MXEnginePushAsyncND(&RunOp, raw, &DeleteOp, ctx, reads, num_reads, writes, num_writes,
+                               &prop, priority, opr_name, false);
   if (rc != 0) {  // MXNet took nothing: the operation is still ours (and kept, as before)
     TensorQueue::RunAdmitted(raw->set->queue.Finish(raw->names, raw->ticket));
     return Status::UnknownError("MXEnginePushAsyncND failed: " + LastMXNetError());

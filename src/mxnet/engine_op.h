@@ -5,15 +5,29 @@
 #ifndef MXHOROVOD_MXNET_ENGINE_OP_H_
 #define MXHOROVOD_MXNET_ENGINE_OP_H_
 
+#include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "common/common.h"
 #include "common/process_set.h"
 
+namespace dmlc {
+struct Error;
+}
+
 namespace mxhorovod {
 namespace mx {
+
+// Same layout as mxnet::engine::CallbackOnComplete (engine.h), whose members are private:
+// the engine passes a pointer to one that lives only during our function, so we copy it.
+struct EngineCallback {
+  void (*fn)(void* engine, void* param, const dmlc::Error* error) = nullptr;
+  void* engine = nullptr;
+  void* param = nullptr;
+};
 
 struct OpTensor {
   void* input = nullptr;    // our own handles (KeepAlive copies), freed with the op
@@ -24,6 +38,20 @@ struct OpTensor {
   bool fill_on_error = true;
   Request request;          // name, op, dtype, shape, ... (rank filled by the core)
   std::vector<int64_t> recv_splits;
+  // The arrays' chunks (see UsedByOurCollective), counted by Push, uncounted by Release.
+  const void* input_chunk = nullptr;
+  const void* output_chunk = nullptr;
+};
+
+// What completes the engine operation when the core is done with its tensors (see
+// engine_op.cc). A member of the operation, not an object of its own: every allocation of
+// a call is made on the calling thread and freed on the background thread, where glibc's
+// per-thread caches do not help (docs/benchmarks.md, thirteenth run).
+struct OpCompletion {
+  EngineCallback cb;                 // MXNet's, copied when the engine runs the operation
+  std::atomic<size_t> remaining{0};  // tensors not yet answered by the core
+  std::mutex mu;                     // guards error (tensors may fail on several threads)
+  std::string error;                 // the first tensor's error, if any
 };
 
 struct EngineOp {
@@ -33,7 +61,8 @@ struct EngineOp {
   // call: its tensors reach the core after every earlier call of those names completed.
   std::vector<std::string> names;
   uint64_t ticket = 0;
-  std::vector<const void*> chunks;  // inputs and outputs registered by Push (see UsedByOurCollective)
+  bool chunks_counted = false;  // Push counted the tensors' chunks (UsedByOurCollective)
+  OpCompletion completion;      // set up when the engine runs the operation
   // Under MXNet's NaiveEngine only: the operation's error, for Push to return. That engine
   // runs the operation to completion inside the push and drops the error it completes with.
   std::shared_ptr<std::string> failure;
