@@ -42,6 +42,12 @@ Status Controller::ComputeResponses(bool shutdown_requested, CycleResult* out) {
     r.rank = rank_;
     int bit = -1;
     if (!r.local_error.empty() || IsControl(r.op_type)) {  // never answered from the cache
+      // A failure (a refusal at the call) of a cached name evicts it everywhere: a peer's
+      // hit on it would otherwise wait for a request that never comes (until the stall
+      // check resends it), while the coordinator waits for the peer's.
+      if (cache_.capacity() && cache_.Find(r, &bit) != ResponseCache::kMiss) {
+        invalid[bit / 64] |= 1ull << (bit % 64);
+      }
       to_send.push_back(r);
       continue;
     }

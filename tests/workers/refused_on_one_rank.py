@@ -4,6 +4,7 @@ instead of waiting for it, and the next calls, unnamed ones included, must meet 
 counterparts (a refused unnamed call used to leave that rank's numbering one behind, so its
 next call was reduced with the peers' previous one: silently wrong numbers)."""
 import os
+import time
 
 import mxnet as mx
 import numpy as np
@@ -81,6 +82,16 @@ case("grouped reducescatter, bad priority",
      lambda: hvd.grouped_reducescatter([ones(n), ones(2 * n)], op=hvd.Sum),
      lambda: hvd.grouped_reducescatter([ones(n), ones(2 * n)], op=hvd.Sum, priority="high"),
      needles=("priority",))
+
+# A name the peers answer from the response cache: the refusal evicts it everywhere, so
+# their call fails at once (their cache hit used to wait for the refused request until the
+# stall check resent it: 60 s by default, with a stall warning).
+for _ in range(2):
+    hvd.allreduce(ones(2), name="g.cached", op=hvd.Sum).wait_to_read()
+start = time.monotonic()
+case("refused, cached on the peers", lambda: hvd.allreduce(ones(2), name="g.cached", op=hvd.Sum),
+     lambda: hvd.allreduce(ones(2), name="g.cached", op=hvd.Adasum), needles=("Adasum",))
+assert time.monotonic() - start < 30, "the peers waited for the stall check"
 
 # The same refusal on every rank (the usual case: one script, one bug): each rank raises
 # at the call, nothing waits, and the job goes on.
