@@ -38,6 +38,7 @@ int8, int32, int64. 0-d arrays exist only as ``mx.np`` arrays under ``npx.set_np
 import contextlib
 import math
 import operator
+import re
 import threading
 import warnings
 
@@ -303,8 +304,8 @@ def _reduction(op, average, prescale_factor, postscale_factor, priority, name, w
 
 
 def _check_list(tensors, what):
-    """Checks a list of distinct NDArrays; returns its length (an empty group is a no-op
-    that returns at once, as in Horovod, which hands back the empty list)."""
+    """Checks a list of distinct NDArrays; returns its length (an empty list never gets
+    here: see :func:`_empty_group`)."""
     if not isinstance(tensors, (list, tuple)):
         raise InvalidArgumentError("%s expects a list of NDArrays, got %s" % (what, type(tensors).__name__))
     ndarray = mx.nd.NDArray
@@ -316,6 +317,29 @@ def _check_list(tensors, what):
     return len(tensors)
 
 
+def _is_empty_group(tensors):
+    return isinstance(tensors, (list, tuple)) and not tensors
+
+
+def _empty_group(kind, counter, name, process_set, what):
+    """A grouped allreduce or reducescatter given an empty list: returns [] at once, as
+    Horovod does. Its name is still taken, so an unnamed call keeps its number (the peers'
+    call of the same place counts one too), and '<base>.0' is submitted as a group of 0
+    tensors: where the peers passed tensors their call fails at the read ("Mismatched
+    numbers of tensors in the call of allreduce 'g.0': rank 0 passed 0, rank 1 passed 2")
+    instead of waiting forever for this rank's; where every rank passed an empty list the
+    requests meet in one negotiation round and nothing runs."""
+    pid = _ps_id(process_set, what)
+    base = _name(counter, name, pid)
+    _core.empty_group(kind, base, pid)  # nothing if this rank is not a member of the set
+    return []
+
+
+# The reason an empty grouped_allgather gives the peers' layout exchange (found again there
+# by _rows_of_peers, which names the ranks' lengths).
+_EMPTY_ALLGATHER = "this rank passed an empty list"
+
+
 def _group_size(tensors):
     """A group's length for a refusal's names (0: not a list; nothing can be named)."""
     return len(tensors) if isinstance(tensors, (list, tuple)) else 0
@@ -324,8 +348,8 @@ def _group_size(tensors):
 def _grouped(tensors, outputs, average, name, priority, prescale_factor, postscale_factor, op,
              what, process_set):
     """``outputs``: None for new arrays (returned), else ``tensors`` (in place)."""
-    if isinstance(tensors, (list, tuple)) and not tensors:
-        return []
+    if _is_empty_group(tensors):
+        return _empty_group("allreduce", "grouped_allreduce", name, process_set, what)
     pid = _ps_id(process_set, what)
     base = _name("grouped_allreduce", name, pid)
     try:  # this rank's checks: a refusal fails the peers' call too (_refuse)
@@ -351,7 +375,9 @@ def grouped_allreduce(tensors, average=None, name=None, priority=0, prescale_fac
     negotiated together and fused). Tensor i is named '<name>.<i>'. Returns new NDArrays.
 
     Raises:
-        ValueError: not a list, or the same array twice. An empty list returns [] at once.
+        ValueError: not a list, or the same array twice. An empty list returns [] at once
+        (the peers' call of the same name fails if they passed tensors; see
+        :func:`_empty_group`).
     """
     return _grouped(tensors, None, average, name, priority, prescale_factor, postscale_factor,
                     op, "grouped_allreduce", process_set)
@@ -444,11 +470,18 @@ def _rows_of_peers(tensors, name, pid, size, what, process_set):
     its call too: it waits for the result)."""
     mine = mx.nd.array([_layout(t) for t in tensors], dtype="int64")
     out = mx.nd.empty((size * len(tensors), mine.shape[1]), dtype="int64")
-    _core.grouped_allgather([_handle(mine)], [_handle(out)], [name], 0, pid)
     base = name[:-len(".rows")]
-    try:
+    try:  # the call raises too, under NaiveEngine
+        _core.grouped_allgather([_handle(mine)], [_handle(out)], [name], 0, pid)
         table = out.asnumpy().reshape(size, len(tensors), -1)
     except mx.base.MXNetError as e:
+        empty = re.search(r"failed on rank (\d+): refused at the call: .*" + _EMPTY_ALLGATHER, str(e))
+        if empty:  # a peer passed [] (see grouped_allgather)
+            raise InvalidArgumentError(
+                "Mismatched numbers of tensors in the call of %s '%s': rank %d passed 0, rank %d "
+                "passed %d (a grouped call must have the same length on every rank); nothing was "
+                "submitted" % (what, base, process_set.ranks[int(empty.group(1))], rank(),
+                               len(tensors))) from e
         if "the peers send" not in str(e):  # the core's size check: not our exchange's shape
             raise
         raise InvalidArgumentError(
@@ -496,9 +529,17 @@ def grouped_allgather(tensors, name=None, priority=0, process_set=global_process
     Raises:
         InvalidArgumentError: not a list, or the same array twice (on this rank); on every
             rank, as for :func:`allgather`, and when the ranks passed different numbers of
-            tensors. An empty list returns [] at once.
+            tensors. An empty list returns [] at once; where the peers passed tensors,
+            their call fails naming this rank and both lengths.
     """
-    if isinstance(tensors, (list, tuple)) and not tensors:
+    if _is_empty_group(tensors):
+        # Its name is taken (unnamed calls keep in step with the peers') and the peers'
+        # layout exchange, the first step of their call, is refused: it fails instead of
+        # waiting for this rank. Where every rank passed [], the refusals meet unseen.
+        pid = _ps_id(process_set, _what)
+        base = _name(_what, name, pid)
+        _refuse("allgather", [base + ".rows"], pid,
+                InvalidArgumentError("%s '%s': %s" % (_what, base, _EMPTY_ALLGATHER)))
         return []
     pid = _ps_id(process_set, _what)
     size = _ps_size(process_set, _what)
@@ -598,8 +639,8 @@ def grouped_reducescatter(tensors, op=Average, name=None, priority=0,
     """:func:`reducescatter` of a list of NDArrays as one engine operation, reduced in one
     fused MPI call. Tensor i is named '<name>.<i>'. Returns a list of new NDArrays."""
     single = _what == "reducescatter"
-    if isinstance(tensors, (list, tuple)) and not tensors:
-        return []  # an empty group, as for grouped_allreduce
+    if _is_empty_group(tensors):  # as for grouped_allreduce
+        return _empty_group("reducescatter", "reducescatter", name, process_set, _what)
     pid = _ps_id(process_set, _what)
     size = _ps_size(process_set, _what)
     base = _name("reducescatter", name, pid)

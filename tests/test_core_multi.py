@@ -205,5 +205,7 @@ def test_doorbell_waits_wake_whoever_is_late(case, np_):
 def test_grouped_call_of_different_lengths_fails_on_every_rank(np_, env):
     # grouped_allreduce / grouped_reducescatter with a list one rank shorter: every rank
     # raises 'Mismatched numbers of tensors' (the shorter rank used to go on, the others to
-    # wait forever), and the same names work again afterwards.
+    # wait forever), and the same names work again afterwards. An empty list on one rank
+    # (grouped_allgather too): that rank gets [] at once, the peers the error (they used to
+    # wait forever); empty on every rank: [] everywhere; unnamed calls stay in step.
     run_ranks(np_, "group_size_mismatch.py", timeout=180, env=env)

@@ -55,8 +55,10 @@ struct Request {
   int32_t process_set_id = 0;   // routes the entry; negotiated within that set only
   // Allreduce / reducescatter: the number of tensors of the call that submitted it (1 for
   // a single call); the ranks must agree (else a rank with fewer tensors would go on and
-  // the others wait forever for the tensors it lacks). 0: not checked.
-  int32_t group_size = 0;
+  // the others wait forever for the tensors it lacks). 0: a grouped call given an empty
+  // list, submitted as its tensor 0's name with no data (see SubmitEmptyGroup), so that
+  // the peers' tensors fail instead of waiting for it. -1: not checked.
+  int32_t group_size = -1;
   // Set when this rank could not run its part (found when the engine ran the operation):
   // the request still goes to the coordinator, so every rank gets the error, none hangs.
   std::string local_error;

@@ -1,6 +1,7 @@
 #include "message_table.h"
 
 #include <algorithm>
+#include <limits>
 #include <sstream>
 
 namespace mxhorovod {
@@ -73,7 +74,7 @@ Response MessageTable::Build(const std::vector<Request>& reqs) const {
               std::to_string(a.rank) + " asks for " + ShapeString(a.shape) + ", rank " +
               std::to_string(b.rank) + " for " + ShapeString(b.shape);
       }
-    } else if (b.group_size != a.group_size && a.group_size > 0 && b.group_size > 0) {
+    } else if (b.group_size != a.group_size && a.group_size >= 0 && b.group_size >= 0) {
       err = std::string("Mismatched numbers of tensors in the call of ") + OpTypeName(a.op_type) +
             " '" + a.name + "': rank " + std::to_string(a.rank) + " passed " +
             std::to_string(a.group_size) + ", rank " + std::to_string(b.rank) + " passed " +
@@ -111,6 +112,12 @@ Response MessageTable::Build(const std::vector<Request>& reqs) const {
       }
     }
   }
+  if (err.empty() && a.group_size == 0) {
+    // Every rank passed an empty list: nothing to run, and no rank reads this (an empty
+    // call's entry ignores its answer). An error, not kOk: never cached, never executed.
+    err = std::string("grouped ") + OpTypeName(a.op_type) + " '" + a.name +
+          "': every rank passed an empty list (nothing to run)";
+  }
   if (err.empty() && IsControl(a.op_type)) resp.first_dims = a.shape;  // the ranks (or the id)
   if (err.empty() && a.op_type == OpType::kAllgather) {
     for (const auto& r : reqs) resp.first_dims.push_back(r.shape.empty() ? 1 : r.shape[0]);
@@ -127,19 +134,20 @@ void MessageTable::DropGroupExtras(const std::vector<Request>& reqs, Response* r
   // Once per group, at its tensor 0 (every group has one; the tensors 1 .. smallest-1 get
   // the same mismatch error by themselves).
   if (name.size() < 2 || name.compare(name.size() - 2, 2, ".0") != 0) return;
-  int32_t lo = 0, hi = 0;
+  int32_t lo = std::numeric_limits<int32_t>::max(), hi = 0;
   for (const auto& r : reqs) {
-    if (!r.local_error.empty() || r.group_size <= 0) return;  // not a group-size mismatch
-    lo = lo ? std::min(lo, r.group_size) : r.group_size;
+    if (!r.local_error.empty() || r.group_size < 0) return;  // not a group-size mismatch
+    lo = std::min(lo, r.group_size);
     hi = std::max(hi, r.group_size);
   }
   if (lo == hi) return;
   const std::string base = name.substr(0, name.size() - 1);
   // The extras come first: a rank fails its own call's extras before its tensor 0, which
   // completes that call and may admit its next call of these names, whose tensors must
-  // not be failed by this response.
+  // not be failed by this response. From tensor 1 at least: an empty call (lo 0) stands
+  // in for tensor 0, which this response names already.
   std::vector<std::string> names;
-  for (int32_t k = lo; k < hi; ++k) {
+  for (int32_t k = std::max<int32_t>(lo, 1); k < hi; ++k) {
     const std::string extra = base + std::to_string(k);
     names.push_back(extra);
     auto it = table_.find(extra);

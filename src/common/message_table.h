@@ -42,7 +42,8 @@ class MessageTable {
  private:
   Response Build(const std::vector<Request>& reqs) const;
   // After a group-size mismatch on '<base>.0': the group's tensors that only some ranks
-  // have ('<base>.<k>', k >= the smallest group) are named in the error, so the ranks that
+  // have ('<base>.<k>', k >= the smallest group, k >= 1: an empty call's request stands in
+  // for its tensor 0) are named in the error, so the ranks that
   // submitted them fail them too; their requests are dropped here, now or when they come.
   void DropGroupExtras(const std::vector<Request>& reqs, Response* resp);
   int size_;

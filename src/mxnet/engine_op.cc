@@ -136,8 +136,8 @@ void RunOp(void* /*rctx*/, void* on_complete, void* param) {
   if (op->set->queue.Admit(op->names, op->ticket, [op] { Submit(op); })) Submit(op);
 }
 
-// Takes an operation submitted as failed (SubmitFailed) out of its names' lines once the
-// core has answered all its tensors.
+// Takes an operation submitted without data (SubmitWithoutData) out of its names' lines
+// once the core has answered all its tensors.
 struct FailedNames {
   std::shared_ptr<ProcessSet> set;
   std::vector<std::string> names;
@@ -158,11 +158,12 @@ void Register(EngineOp* op) {
   op->ticket = op->set->queue.Register(op->names);
 }
 
-}  // namespace
-
-void SubmitFailed(EngineOp* op, const std::string& why) {
+// Submits the operation's requests with no data, in its names' lines, and takes it out of
+// them once the core has answered every one (the answer is not read: no data was given).
+// With `why`, they are submitted as failed on this rank (local_error).
+void SubmitWithoutData(EngineOp* op, const std::string* why) {
   if (!op->set || op->tensors.empty()) return;
-  if (op->ticket == 0) Register(op);  // refused at the call: never pushed
+  if (op->ticket == 0) Register(op);  // refused at the call, or an empty call: never pushed
   auto* names = new FailedNames();
   names->set = op->set;
   names->names = op->names;
@@ -172,12 +173,16 @@ void SubmitFailed(EngineOp* op, const std::string& why) {
   entries->reserve(op->tensors.size());
   for (OpTensor& t : op->tensors) {
     entries->push_back(TakeEntry(t, op->set->id));  // data: null
-    entries->back().request.local_error = why;
+    if (why) entries->back().request.local_error = *why;
     entries->back().callback = [names](const Status&) { names->Done(); };
   }
   auto submit = [entries] { Enqueue(std::move(*entries)); };
   if (op->set->queue.Admit(op->names, op->ticket, submit)) submit();
 }
+
+}  // namespace
+
+void SubmitFailed(EngineOp* op, const std::string& why) { SubmitWithoutData(op, &why); }
 
 void SubmitRefused(std::shared_ptr<ProcessSet> set, OpType type,
                    const std::vector<std::string>& names, const std::string& why) {
@@ -193,6 +198,18 @@ void SubmitRefused(std::shared_ptr<ProcessSet> set, OpType type,
     op.tensors.push_back(std::move(t));
   }
   SubmitFailed(&op, "refused at the call: " + why);
+}
+
+void SubmitEmptyGroup(std::shared_ptr<ProcessSet> set, OpType type, const std::string& name) {
+  if (!set) return;
+  EngineOp op;
+  op.set = std::move(set);
+  OpTensor t;
+  t.request.op_type = type;
+  t.request.name = name;
+  t.request.group_size = 0;  // the coordinator compares it with the peers' lengths
+  op.tensors.push_back(std::move(t));
+  SubmitWithoutData(&op, nullptr);
 }
 
 namespace {

@@ -112,6 +112,14 @@ void SubmitFailed(EngineOp* op, const std::string& why);
 void SubmitRefused(std::shared_ptr<ProcessSet> set, OpType type,
                    const std::vector<std::string>& names, const std::string& why);
 
+// A grouped allreduce / reducescatter given an empty list on this rank: `name` (the name
+// its tensor 0 would have, '<base>.0') is submitted with no data as a group of 0 tensors,
+// in call order like any call. Where the peers passed tensors, their call fails with the
+// mismatch of the lists' lengths ("rank 0 passed 0, rank 1 passed 2") instead of waiting
+// for this rank's; where every rank passed an empty list the requests meet and nothing
+// runs. This rank reads no answer. Nothing when `set` is null.
+void SubmitEmptyGroup(std::shared_ptr<ProcessSet> set, OpType type, const std::string& name);
+
 // Pushes an engine operation on `handle` (a write dependency) that completes at once, as
 // ours would with no communication: benchmarks use it to measure MXNet's own cost per
 // operation (the floor of one collective per tensor). Not part of the API.

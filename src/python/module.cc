@@ -264,6 +264,19 @@ PYBIND11_MODULE(_core, m) {
     if (!MemberSet(ps, op.c_str(), nullptr, &set).ok()) return;
     mx::SubmitRefused(std::move(set), static_cast<OpType>(type), all, why);
   });
+  // A grouped allreduce / reducescatter given an empty list on this rank (op: "allreduce"
+  // or "reducescatter"): submits '<base>.0' as a group of 0 tensors (mx::SubmitEmptyGroup),
+  // so that peers that passed tensors fail instead of waiting. Nothing if this rank is not
+  // a member of the set (or mxhorovod is not running).
+  m.def("empty_group", [](const std::string& op, const py::object& base, int ps) {
+    const OpType type = op == "reducescatter" ? OpType::kReducescatter : OpType::kAllreduce;
+    if (op != OpTypeName(type)) ThrowInvalid("empty_group: not a reduction: " + op);
+    const std::string name = GroupNames(base, 1)[0];
+    py::gil_scoped_release nogil;
+    std::shared_ptr<ProcessSet> set;
+    if (!MemberSet(ps, op.c_str(), nullptr, &set).ok()) return;
+    mx::SubmitEmptyGroup(std::move(set), type, name);
+  });
   // Test hook for the fusion planner: items are (fusable, dtype, reduce_op, prescale,
   // postscale, bytes); returns the groups of item indices.
   m.def("plan_fusion", [](const std::vector<std::tuple<bool, int, int, double, double, int64_t>>& items,
