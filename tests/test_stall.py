@@ -95,3 +95,17 @@ def test_ranks_waiting_in_init_for_a_late_peer_say_so_and_then_work():
              if level == "warning" and "for the other ranks to call hvd.init()" in line]
     assert len(waits) == 1, out
     assert "init(): rank 0 of 2 has waited 30 s" in waits[0], waits
+
+
+def test_listed_ranks_waiting_in_init_for_a_late_peer_say_so_and_then_work():
+    # The same with hvd.init(comm=[0, 1]) (MPI_Comm_create_group, collective over the
+    # listed ranks only): rank 0 waited there forever without a word. Rank 2, not listed,
+    # starts its own job at once and says nothing.
+    out = run_ranks(3, "init_late_peer.py", ["33", "listed"], timeout=240,
+                    env={"HOROVOD_STALL_CHECK_TIME_SECONDS": "1"}).stdout
+    waits = [(rank, line) for rank, level, line in log_lines(out)
+             if level == "warning" and "for the other listed ranks" in line]
+    assert len(waits) == 1, out
+    assert waits[0][0] == "0", waits
+    assert ("init(): rank 0 has waited 30 s for the other listed ranks to call "
+            "hvd.init(comm=[0, 1])") in waits[0][1], waits

@@ -59,6 +59,11 @@ struct State {
   std::mutex wake_mu;
   std::condition_variable wake_cv;
   std::atomic<bool> wake{false};
+  // Set by the background thread while it is blocked in MPI_Comm_create_group at start-up
+  // (init with a list of ranks): what it waits for, and its rank in the parent
+  // communicator, for Initialize's warnings (WaitForStart).
+  std::string init_waiting_for;
+  int init_waiting_rank = -1;
 };
 
 
@@ -205,7 +210,25 @@ Status StartMPI(int64_t comm_f2c, const std::vector<int>& ranks, bool hierarchic
     MPI_Comm_group(parent, &pgroup);
     auto s = MPICheck(MPI_Group_incl(pgroup, (int)ranks.size(), ranks.data(), &group), "MPI_Group_incl");
     if (!s.ok()) return s;
+    // Collective over the listed ranks only, with no nonblocking form: the Ibarrier of
+    // WaitForPeersAtInit would need a communicator of just these ranks (what this makes),
+    // and one over the parent would wait for unlisted ranks that never call init(). So
+    // this thread blocks here, and the thread in Initialize, waiting for the start-up
+    // anyway, warns meanwhile (WaitForStart) without an MPI call.
+    ConfigureLogging(cfg.log, prank);  // the parent's rank (the job's is not known yet)
+    std::string list;
+    for (int r : ranks) list += (list.empty() ? "" : ", ") + std::to_string(r);
+    {
+      std::lock_guard<std::mutex> lk(st.mu);
+      st.init_waiting_rank = prank;
+      st.init_waiting_for = "the other listed ranks to call hvd.init(comm=[" + list +
+                            "]) (every rank listed must, with the same list; still waiting)";
+    }
     s = MPICheck(MPI_Comm_create_group(parent, group, 0x4876, &sub), "MPI_Comm_create_group");
+    {
+      std::lock_guard<std::mutex> lk(st.mu);
+      st.init_waiting_for.clear();
+    }
     MPI_Group_free(&pgroup);
     MPI_Group_free(&group);
     if (!s.ok()) return s;
@@ -641,6 +664,25 @@ void BackgroundLoop(StartArgs args) {
   Timeline::Get().Stop();  // [timeline] the closing bracket, whoever stopped the loop
 }
 
+// Waits (holding `lk` on S().mu) for the background thread's start-up. While that thread is
+// blocked in MPI_Comm_create_group (init with a list of ranks, see StartMPI), says so every
+// HOROVOD_STALL_CHECK_TIME_SECONDS (at least kInitWarnS), as WaitForPeersAtInit does for
+// init() without a list. It keeps waiting: a listed rank may legitimately come late.
+void WaitForStart(std::unique_lock<std::mutex>& lk, const Config& cfg) {
+  State& st = S();
+  const auto start = std::chrono::steady_clock::now();
+  const auto every = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(std::max(cfg.stall.check_s, kInitWarnS)));
+  auto next = start + every;
+  while (!st.cv.wait_until(lk, next, [&] { return st.started; })) {
+    next += every;
+    if (!cfg.stall.enabled || st.init_waiting_for.empty()) continue;
+    const auto waited = std::chrono::steady_clock::now() - start;
+    LogWarning("init(): rank " + std::to_string(st.init_waiting_rank) + " has waited " +
+               std::to_string((long)std::chrono::duration<double>(waited).count()) + " s for " +
+               st.init_waiting_for);
+  }
+}
 }  // namespace
 
 Status Initialize(int64_t comm_f2c, const std::vector<int>& ranks,
@@ -675,7 +717,7 @@ Status Initialize(int64_t comm_f2c, const std::vector<int>& ranks,
   std::call_once(atfork, [] { pthread_atfork(nullptr, nullptr, [] { S().forked_child = true; }); });
   st.exit_wait_s = std::min(kExitWaitS, cfg.stall.enabled ? cfg.stall.check_s : kExitWaitS);
   st.thread = std::thread(BackgroundLoop, StartArgs{comm_f2c, ranks, process_sets, cfg});
-  st.cv.wait(lk, [&] { return st.started; });
+  WaitForStart(lk, cfg);
   if (!st.start_status.ok()) {
     lk.unlock();
     st.thread.join();
