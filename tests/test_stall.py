@@ -109,3 +109,11 @@ def test_listed_ranks_waiting_in_init_for_a_late_peer_say_so_and_then_work():
     assert waits[0][0] == "0", waits
     assert ("init(): rank 0 has waited 30 s for the other listed ranks to call "
             "hvd.init(comm=[0, 1])") in waits[0][1], waits
+
+
+def test_init_wait_with_a_huge_check_time_does_not_flood_the_log():
+    # HOROVOD_STALL_CHECK_TIME_SECONDS=1e15 (accepted: up to 1e15 s) overflowed the clock's
+    # nanoseconds, so the warning came every millisecond (2,419 lines in a 3 s wait).
+    out = run_ranks(2, "init_late_peer.py", ["3"], timeout=120,
+                    env={"HOROVOD_STALL_CHECK_TIME_SECONDS": "1e15"}).stdout
+    assert "has waited" not in out, out

@@ -140,6 +140,13 @@ Status BuildTopology(MPI_Comm comm, Topology* t, HostComms* hc) {
 // this rank waits for. It keeps waiting: a peer may legitimately reach init() late.
 constexpr double kInitWarnS = 30;
 
+// The interval of init()'s warnings, as a clock duration: at most a day, so that a huge
+// HOROVOD_STALL_CHECK_TIME_SECONDS (up to 1e15 s) cannot overflow the clock's nanoseconds.
+std::chrono::steady_clock::duration InitWarnInterval(const StallSettings& stall) {
+  const double s = std::min(std::max(stall.check_s, kInitWarnS), 86400.0);
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(s));
+}
+
 Status WaitForPeersAtInit(MPI_Comm parent, const Config& cfg) {
   const StallSettings& stall = cfg.stall;
   MPI_Request req;
@@ -150,8 +157,8 @@ Status WaitForPeersAtInit(MPI_Comm parent, const Config& cfg) {
   MPI_Comm_size(parent, &size);
   ConfigureLogging(cfg.log, rank);  // the job's rank (no list of ranks given to init)
   const auto start = std::chrono::steady_clock::now();
-  const auto every = std::chrono::duration<double>(std::max(stall.check_s, kInitWarnS));
-  auto next_warning = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(every);
+  const auto every = InitWarnInterval(stall);
+  auto next_warning = start + every;
   for (;;) {
     int done = 0;
     s = MPICheck(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test (init)");
@@ -162,7 +169,7 @@ Status WaitForPeersAtInit(MPI_Comm parent, const Config& cfg) {
       LogWarning("init(): rank " + std::to_string(rank) + " of " + std::to_string(size) +
                  " has waited " + std::to_string(waited) + " s for the other ranks to call "
                  "hvd.init() (every rank of the job must; still waiting)");
-      next_warning += std::chrono::duration_cast<std::chrono::steady_clock::duration>(every);
+      next_warning += every;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
@@ -671,8 +678,7 @@ void BackgroundLoop(StartArgs args) {
 void WaitForStart(std::unique_lock<std::mutex>& lk, const Config& cfg) {
   State& st = S();
   const auto start = std::chrono::steady_clock::now();
-  const auto every = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double>(std::max(cfg.stall.check_s, kInitWarnS)));
+  const auto every = InitWarnInterval(cfg.stall);
   auto next = start + every;
   while (!st.cv.wait_until(lk, next, [&] { return st.started; })) {
     next += every;
