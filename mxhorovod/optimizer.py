@@ -8,8 +8,9 @@ wrapper does not touch ``rescale_grad``: set it to ``1.0 / batch_size`` (per-ran
 in single-process training.
 """
 import mxnet as mx
+import numpy as np
 
-from mxhorovod import Average, allreduce_, grouped_allreduce_, size
+from mxhorovod import Average, Max, allreduce_, grouped_allreduce_, size
 from mxhorovod.process_sets import _check_member
 from mxhorovod.process_sets import _id as _ps_id
 from mxhorovod.process_sets import _outside
@@ -18,7 +19,7 @@ from mxhorovod.process_sets import global_process_set
 from mxhorovod.mpi_ops import gradient_reduction
 from mxhorovod.naming import next_number
 
-__all__ = ["DistributedOptimizer", "split_list"]
+__all__ = ["DistributedOptimizer", "split_list", "allreduce_row_sparse_"]
 
 
 def split_list(items, num_groups):
@@ -31,6 +32,37 @@ def split_list(items, num_groups):
         out.append(list(items[start:stop]))
         start = stop
     return out
+
+
+def allreduce_row_sparse_(grad, name, priority=0, **reduce_kwargs):
+    """Reduce a row_sparse gradient over the ranks, in place; blocks until done.
+
+    The core refuses row_sparse arrays. The dense form of ``grad`` (its shape ``(rows,
+    ...)``, its dtype) is reduced with ``reduce_kwargs`` (``op``, scale factors,
+    ``process_set``) under ``name``, and the set of rows present on any rank (a float32
+    0/1 mask of shape ``(rows,)``, ``op=Max``) under ``name + '.rows'``; ``grad`` is then
+    overwritten by a row_sparse array holding exactly those rows. A lazy update (SGD,
+    Adam with ``lazy_update``) thus touches the rows one process on the whole batch would
+    touch, even where the reduced values happen to be zero. Every rank of the set must
+    call it for the same name with the same shape and dtype (as any collective).
+    """
+    dense = grad.tostype("default")
+    mask_np = np.zeros((grad.shape[0],), dtype=np.float32)
+    mask_np[grad.indices.asnumpy().astype(np.int64)] = 1.0
+    mask = mx.nd.array(mask_np, ctx=grad.context)
+    allreduce_(dense, name=name, priority=priority, **reduce_kwargs)
+    allreduce_(mask, name=name + ".rows", priority=priority, op=Max,
+               process_set=reduce_kwargs.get("process_set", global_process_set))
+    rows = np.nonzero(mask.asnumpy())[0].astype(np.int64)
+    if rows.size == 0:
+        result = mx.nd.sparse.zeros("row_sparse", grad.shape, ctx=grad.context,
+                                    dtype=grad.dtype)
+    else:
+        idx = mx.nd.array(rows, ctx=grad.context, dtype=np.int64)
+        result = mx.nd.sparse.row_sparse_array(
+            (mx.nd.take(dense, idx), idx), shape=grad.shape, ctx=grad.context,
+            dtype=grad.dtype)
+    result.copyto(grad)
 
 
 class DistributedOptimizer(mx.optimizer.Optimizer):
@@ -53,9 +85,14 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
     ``gluon.Trainer`` and ``Module`` set, so weight decay and multipliers behave exactly
     as without the wrapper.
 
-    Gradients must be dense (row_sparse gradients raise ValueError in the allreduce: use
-    ``DistributedTrainer``, which densifies them). One context per rank with a plain
-    ``gluon.Trainer``; for ``gluon`` prefer ``DistributedTrainer``.
+    row_sparse gradients (``Embedding(sparse_grad=True)``, in Module or Gluon) are
+    averaged densely and written back holding the rows that any rank touched, as
+    ``DistributedTrainer`` does (:func:`allreduce_row_sparse_`; this waits for the
+    reduction). One context per rank with a plain ``gluon.Trainer``; for ``gluon`` prefer
+    ``DistributedTrainer``. A plain ``gluon.Trainer`` skips stale parameters with
+    ``step(..., ignore_stale_grad=True)`` before calling the optimizer: a parameter used on
+    some ranks only is then reduced on those ranks only, and they wait for the others
+    (the stall inspector names it); ``DistributedTrainer`` handles that case.
 
     Raises:
         TypeError: ``optimizer`` is not an ``mx.optimizer.Optimizer``.
@@ -159,8 +196,19 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
         f = self._gradient_predivide_factor
         kwargs = dict(op=Average, prescale_factor=1.0 / f, postscale_factor=f, process_set=ps)
         if not isinstance(index, (tuple, list)):
-            allreduce_(grad, name=self._name(index), **kwargs)
+            if grad.stype != "default":
+                allreduce_row_sparse_(grad, self._name(index), **kwargs)
+            else:
+                allreduce_(grad, name=self._name(index), **kwargs)
             return
+        if any(g.stype != "default" for g in grad):
+            for i, g in zip(index, grad):
+                if g.stype != "default":
+                    allreduce_row_sparse_(g, self._name(i), **kwargs)
+            index, grad = zip(*[(i, g) for i, g in zip(index, grad) if g.stype == "default"]) \
+                if any(g.stype == "default" for g in grad) else ((), ())
+            if not index:
+                return
         if self._num_groups > 0:
             groups = zip(split_list(list(index), self._num_groups),
                          split_list(list(grad), self._num_groups))

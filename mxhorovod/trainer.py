@@ -10,12 +10,12 @@ import warnings
 import mxnet as mx
 import numpy as np
 
-from mxhorovod import Average, Max, Sum, allreduce, allreduce_, grouped_allreduce_
+from mxhorovod import Average, Sum, allreduce, allreduce_, grouped_allreduce_
 from mxhorovod.buckets import GradientBuckets
 from mxhorovod.compression import Compression
 from mxhorovod.mpi_ops import gradient_reduction
 from mxhorovod.naming import next_number
-from mxhorovod.optimizer import DistributedOptimizer, split_list
+from mxhorovod.optimizer import DistributedOptimizer, allreduce_row_sparse_, split_list
 from mxhorovod.process_sets import _check_member
 from mxhorovod.process_sets import _id as _ps_id
 from mxhorovod.process_sets import _outside
@@ -301,26 +301,7 @@ class DistributedTrainer(mx.gluon.Trainer):
                         grad[:] = self._compression.decompress(t, ctx)
 
     def _allreduce_row_sparse(self, i, grad):
-        # The core refuses row_sparse arrays. Reduce the dense gradient, and separately
-        # the set of rows present on any rank (Max of a 0/1 mask), then write back a
-        # row_sparse gradient holding exactly those rows: a lazy update (SGD, Adam with
-        # lazy_update) then touches the rows one process on the whole batch would touch,
-        # even where the averaged values happen to be zero.
-        name = self._name(i)
-        dense = grad.tostype("default")
-        mask_np = np.zeros((grad.shape[0],), dtype=np.float32)
-        mask_np[grad.indices.asnumpy().astype(np.int64)] = 1.0
-        mask = mx.nd.array(mask_np, ctx=grad.context)
-        allreduce_(dense, name=name, priority=self._priorities[i], **self._reduce_kwargs())
-        allreduce_(mask, name=name + ".rows", priority=self._priorities[i], op=Max,
-                   process_set=self._process_set)
-        rows = np.nonzero(mask.asnumpy())[0].astype(np.int64)
-        if rows.size == 0:
-            result = mx.nd.sparse.zeros("row_sparse", grad.shape, ctx=grad.context,
-                                        dtype=grad.dtype)
-        else:
-            idx = mx.nd.array(rows, ctx=grad.context, dtype=np.int64)
-            result = mx.nd.sparse.row_sparse_array(
-                (mx.nd.take(dense, idx), idx), shape=grad.shape, ctx=grad.context,
-                dtype=grad.dtype)
-        result.copyto(grad)
+        # The core refuses row_sparse arrays: densified, written back holding the rows
+        # any rank touched (mxhorovod.optimizer.allreduce_row_sparse_).
+        allreduce_row_sparse_(grad, self._name(i), self._priorities[i],
+                              **self._reduce_kwargs())

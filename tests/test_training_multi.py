@@ -15,7 +15,8 @@ def test_equivalence_with_one_process(np_):
 @pytest.mark.parametrize("np_", [2, 3])
 def test_trainer_features(np_):
     # grad_req='add', clipping between allreduce_grads and update, two trainers, unwrap
-    # warning, dict order, grad_req='null', row_sparse Embedding, fp16 compression.
+    # warning, dict order, grad_req='null', row_sparse Embedding (DistributedTrainer,
+    # DistributedOptimizer in gluon.Trainer and in Module.fit), fp16 compression.
     run_ranks(np_, "train_features.py", timeout=300)
 
 

@@ -195,6 +195,82 @@ def row_sparse_embedding():
     assert_same_on_all_ranks(param_arrays(net), "row_sparse")
 
 
+def sparse_tokens(steps, vocab_per_rank=10, seed=7):
+    """(x, y): x (steps, size*B, 2) token ids, rank r's rows drawing from its own range
+    r*vocab_per_rank .. (r+1)*vocab_per_rank - 1; y (steps, size*B) labels in 0..2."""
+    rng = np.random.RandomState(seed)
+    n = hvd.size()
+    x = np.stack([np.stack([rng.randint(vocab_per_rank * r, vocab_per_rank * (r + 1),
+                                        size=(B, 2)) for r in range(n)])
+                  for _ in range(steps)]).reshape(steps, n * B, 2).astype(np.float32)
+    y = rng.randint(0, 3, size=(steps, n * B)).astype(np.float32)
+    return x, y
+
+
+def row_sparse_optimizer_gluon():
+    """DistributedOptimizer in a plain gluon.Trainer with Embedding(sparse_grad=True): the
+    row_sparse gradient is averaged (it raised 'row_sparse NDArrays are not supported'
+    naming 'DistributedOptimizer.0.2', not the parameter); rows nobody touched stay."""
+    vocab = 50
+    x, y = sparse_tokens(2)
+    net = embedding_net("embo_dist_", vocab)
+    hvd.broadcast_parameters(net.collect_params())
+    ref = embedding_net("embo_ref_", vocab)
+    copy_params(net, ref)
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    make = lambda: mx.optimizer.SGD(learning_rate=0.1, momentum=0.9, wd=1e-3)
+    tr = gluon.Trainer(net.collect_params(), hvd.DistributedOptimizer(make()), kvstore=None)
+    ref_tr = gluon.Trainer(ref.collect_params(), make(), kvstore=None)
+    before = net[0].weight.data().asnumpy()
+    for s in range(2):
+        forward_backward(net, loss_fn, shard(x, B)[s], shard(y, B)[s])
+        assert net[0].weight.grad().stype == "row_sparse"
+        tr.step(B)
+        forward_backward(ref, loss_fn, x[s], y[s])
+        ref_tr.step(x.shape[1])
+    n = hvd.size()
+    np.testing.assert_array_equal(net[0].weight.data().asnumpy()[10 * n:], before[10 * n:])
+    assert_close(param_arrays(net), param_arrays(ref), 0.1, "row_sparse, DistributedOptimizer")
+    assert_same_on_all_ranks(param_arrays(net), "row_sparse_opt")
+
+
+def row_sparse_optimizer_module():
+    """Module.fit with DistributedOptimizer and Embedding(sparse_grad=True) (a row_sparse
+    gradient, dense weight): equals one process on the concatenated batch."""
+    x, y = sparse_tokens(3, vocab_per_rank=5, seed=9)
+    data = mx.sym.Variable("data")
+    emb = mx.sym.Embedding(data, input_dim=20, output_dim=4, sparse_grad=True, name="emb")
+    out = mx.sym.FullyConnected(mx.sym.flatten(emb), num_hidden=3, name="fc")
+    sym = mx.sym.SoftmaxOutput(out, name="softmax")
+    mods = []
+    for batch in (B, B * hvd.size()):
+        mod = mx.mod.Module(sym, data_names=["data"], label_names=["softmax_label"])
+        mod.bind(data_shapes=[("data", (batch, 2))], label_shapes=[("softmax_label", (batch,))])
+        mx.random.seed(20 + hvd.rank())
+        mod.init_params(mx.init.Uniform(0.5))
+        mods.append(mod)
+    dist, ref = mods
+    arg, aux = dist.get_params()
+    hvd.broadcast_parameters(arg)
+    dist.set_params(arg, aux)
+    ref.set_params(arg, aux)
+    before = arg["emb_weight"].asnumpy()
+    for mod, xd, yd, batch, wrap in ((dist, shard(x, B), shard(y, B), B, True),
+                                     (ref, x, y, B * hvd.size(), False)):
+        it = mx.io.NDArrayIter(xd.reshape(-1, 2), yd.reshape(-1), batch_size=batch,
+                               label_name="softmax_label")
+        opt = mx.optimizer.SGD(learning_rate=0.1, momentum=0.9, rescale_grad=1.0 / batch)
+        mod.fit(it, num_epoch=1, optimizer=hvd.DistributedOptimizer(opt) if wrap else opt,
+                kvstore=None)
+    got = [v.asnumpy() for _, v in sorted(dist.get_params()[0].items())]
+    want = [v.asnumpy() for _, v in sorted(ref.get_params()[0].items())]
+    n = hvd.size()
+    np.testing.assert_array_equal(dist.get_params()[0]["emb_weight"].asnumpy()[5 * n:],
+                                  before[5 * n:])
+    assert_close(got, want, 0.1, "row_sparse, Module")
+    assert_same_on_all_ranks(got, "row_sparse_module")
+
+
 def fp16_compression():
     """Compression.fp16: same training up to float16 rounding of the gradients."""
     x, y = global_data(2, B, seed=8)
@@ -305,7 +381,8 @@ def stale_on_some_ranks():
 
 SCENARIOS = {f.__name__: f for f in (
     grad_req_add, clip_between_allreduce_and_update, two_trainers_gan, unwrap_and_type_errors,
-    insertion_order_and_null, row_sparse_embedding, fp16_compression, optimizer_on_own_device,
+    insertion_order_and_null, row_sparse_embedding, row_sparse_optimizer_gluon,
+    row_sparse_optimizer_module, fp16_compression, optimizer_on_own_device,
     stale_on_some_ranks)}
 
 
