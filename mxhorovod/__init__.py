@@ -29,3 +29,8 @@ from mxhorovod.trainer import DistributedTrainer
 
 # --- kvstore 'horovod': importing registers mx.kv.create('horovod') with MXNet ---
 from mxhorovod import kvstore  # noqa: F401
+
+# --- gluon.Trainer over kvstore 'horovod' or with a DistributedOptimizer: ranks agree on
+# fresh gradients with ignore_stale_grad=True (mxhorovod/stale_grads.py) ---
+from mxhorovod.stale_grads import install_trainer_agreement as _install_trainer_agreement
+_install_trainer_agreement()

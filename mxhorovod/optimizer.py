@@ -89,10 +89,10 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
     averaged densely and written back holding the rows that any rank touched, as
     ``DistributedTrainer`` does (:func:`allreduce_row_sparse_`; this waits for the
     reduction). One context per rank with a plain ``gluon.Trainer``; for ``gluon`` prefer
-    ``DistributedTrainer``. A plain ``gluon.Trainer`` skips stale parameters with
-    ``step(..., ignore_stale_grad=True)`` before calling the optimizer: a parameter used on
-    some ranks only is then reduced on those ranks only, and they wait for the others
-    (the stall inspector names it); ``DistributedTrainer`` handles that case.
+    ``DistributedTrainer``. A plain ``gluon.Trainer`` calls the optimizer for fresh
+    parameters only; with ``ignore_stale_grad=True`` the ranks first agree on fresh
+    gradients (:mod:`mxhorovod.stale_grads`), so a parameter used on some ranks only is
+    reduced and updated on every rank instead of stalling the ranks that used it.
 
     Raises:
         TypeError: ``optimizer`` is not an ``mx.optimizer.Optimizer``.

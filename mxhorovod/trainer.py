@@ -10,7 +10,7 @@ import warnings
 import mxnet as mx
 import numpy as np
 
-from mxhorovod import Average, Sum, allreduce, allreduce_, grouped_allreduce_
+from mxhorovod import Average, allreduce_, grouped_allreduce_
 from mxhorovod.buckets import GradientBuckets
 from mxhorovod.compression import Compression
 from mxhorovod.mpi_ops import gradient_reduction
@@ -21,6 +21,7 @@ from mxhorovod.process_sets import _id as _ps_id
 from mxhorovod.process_sets import _outside
 from mxhorovod.process_sets import _size as _ps_size
 from mxhorovod.process_sets import global_process_set
+from mxhorovod.stale_grads import mixed_freshness, zero_stale_where_fresh_elsewhere
 
 __all__ = ["DistributedTrainer"]
 
@@ -181,8 +182,11 @@ class DistributedTrainer(mx.gluon.Trainer):
         """
         if ignore_stale_grad and not _outside(self._process_set) and \
                 _ps_size(self._process_set, "DistributedTrainer") > 1:
-            counts, ranks = self._fresh_counts()
-            mixed = [self._params[i].name for i, n in counts if 0 < n < ranks]
+            if self._prefix is None:
+                self._auto_prefix()
+            mixed = mixed_freshness(self._params, self._prefix + "fresh",
+                                    _ps_size(self._process_set, "DistributedTrainer"),
+                                    self._process_set)
             if mixed:
                 raise ValueError(
                     "DistributedTrainer.update(ignore_stale_grad=True): the gradients of %s "
@@ -191,32 +195,6 @@ class DistributedTrainer(mx.gluon.Trainer):
                     % ", ".join("'%s'" % m for m in mixed))
         super(DistributedTrainer, self).update(batch_size, ignore_stale_grad)
 
-    def _fresh_counts(self):
-        """([(parameter index, number of ranks of the set where its gradient is fresh)] for
-        every parameter with a gradient, the set's size); blocks (one int32 allreduce)."""
-        if self._prefix is None:
-            self._auto_prefix()
-        idx = [i for i, p in enumerate(self._params) if p.grad_req != "null"]
-        mine = [int(self._params[i].list_data()[0]._fresh_grad) for i in idx]
-        counts = allreduce(mx.nd.array(mine, dtype="int32"), op=Sum, name=self._prefix + "fresh",
-                           process_set=self._process_set).asnumpy()
-        return (list(zip(idx, counts.tolist())),
-                _ps_size(self._process_set, "DistributedTrainer"))
-
-    def _zero_stale_where_fresh_elsewhere(self):
-        counts, ranks = self._fresh_counts()
-        for i, count in counts:
-            p = self._params[i]
-            data = p.list_data()[0]
-            if 0 < count < ranks and not data._fresh_grad:
-                grad = p.list_grad()[0]
-                if grad.stype == "default":
-                    grad[:] = 0
-                else:
-                    mx.nd.zeros(grad.shape, ctx=grad.context, dtype=grad.dtype,
-                                stype=grad.stype).copyto(grad)
-                data._fresh_grad = True  # updated here as on the ranks that used it
-
     def _allreduce_grads(self):
         if _outside(self._process_set):
             return  # a rank outside the set trains on its own gradients (as Horovod)
@@ -224,7 +202,8 @@ class DistributedTrainer(mx.gluon.Trainer):
             self._auto_prefix()
         if getattr(self, "_agree_on_fresh", False) and \
                 _ps_size(self._process_set, "DistributedTrainer") > 1:
-            self._zero_stale_where_fresh_elsewhere()
+            zero_stale_where_fresh_elsewhere(self._params, self._prefix + "fresh",
+                                             self._process_set)
         # Buckets are bound even on one rank, so param.grad() is the same kind of array
         # whatever the number of ranks.
         buckets = self._buckets.for_step(self._prefix, self._process_set) \

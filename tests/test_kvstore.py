@@ -19,7 +19,8 @@ def test_pushpull_and_broadcast_values_and_errors(np_):
 def test_unchanged_trainer_equals_one_process(np_):
     # kvstore instance and string, one and two devices per rank, SGD+momentum and Adam,
     # step(global batch) == one process; step(per-rank batch) == lr x size; the first
-    # step's broadcast; allreduce_grads() sums; update_on_kvstore, sparse, Module refused.
+    # step's broadcast; allreduce_grads() sums; ignore_stale_grad with a branch used on
+    # some ranks only; update_on_kvstore, sparse, Module refused.
     run_ranks(np_, "kvstore_training.py", timeout=300)
 
 

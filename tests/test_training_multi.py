@@ -16,7 +16,9 @@ def test_equivalence_with_one_process(np_):
 def test_trainer_features(np_):
     # grad_req='add', clipping between allreduce_grads and update, two trainers, unwrap
     # warning, dict order, grad_req='null', row_sparse Embedding (DistributedTrainer,
-    # DistributedOptimizer in gluon.Trainer and in Module.fit), fp16 compression.
+    # DistributedOptimizer in gluon.Trainer and in Module.fit), fp16 compression,
+    # ignore_stale_grad with a branch used on some ranks (DistributedTrainer, and a plain
+    # gluon.Trainer with DistributedOptimizer).
     run_ranks(np_, "train_features.py", timeout=300)
 
 

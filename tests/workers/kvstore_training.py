@@ -134,6 +134,61 @@ def allreduce_grads():
     assert_close(got, want, 1.0, "allreduce_grads (n=%d)" % n)
 
 
+def stale_on_some_ranks():
+    """step(global batch, ignore_stale_grad=True) with a branch used on rank 0 only: every
+    rank updates the branch, the others contributing zeros, as one process on the
+    concatenated batch (MXNet's Trainer summed the others' stale gradients in and updated
+    on rank 0 only: the ranks' weights drifted apart); the parameter stale everywhere is
+    skipped everywhere; update() after allreduce_grads() in that case refuses on every
+    rank; with every gradient fresh, update(ignore_stale_grad=True) runs."""
+    from train_features import Branchy
+    n = hvd.size()
+    x, y = global_data(3, B, seed=8)
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    net, ref = Branchy("kvstale_dist_"), Branchy("kvstale_ref_")
+    for m in (net, ref):
+        m.initialize(mx.init.Uniform(0.5))
+    for k, (p, q) in enumerate(zip(net.collect_params().values(),
+                                   ref.collect_params().values())):
+        p.set_data(hvd.broadcast(p.data(), root_rank=0, name="kvstale.start.%d" % k))
+        q.set_data(p.data())
+    unused0 = net.unused.weight.data().asnumpy()
+    trainer = gluon.Trainer(net.collect_params(), optimizer("sgd"), kvstore="horovod")
+    ref_trainer = gluon.Trainer(ref.collect_params(), optimizer("sgd"), kvstore=None)
+    for s in range(2):
+        with autograd.record():
+            loss = loss_fn(net(mx.nd.array(shard(x, B)[s]), hvd.rank() == 0),
+                           mx.nd.array(shard(y, B)[s]))
+        loss.backward()
+        trainer.step(B * n, ignore_stale_grad=True)
+        with autograd.record():  # rank 0's rows use the branch, the others' do not
+            parts = [loss_fn(ref(mx.nd.array(x[s, k * B:(k + 1) * B]), k == 0),
+                             mx.nd.array(y[s, k * B:(k + 1) * B])) for k in range(n)]
+            ref_loss = mx.nd.concat(*parts, dim=0)
+        ref_loss.backward()
+        ref_trainer.step(B * n, ignore_stale_grad=True)
+    got = param_arrays(net)
+    assert_close(got, param_arrays(ref), 0.1, "kvstore, stale on some ranks")
+    assert_same_on_all_ranks(got, "kvstore stale on some ranks")
+    np.testing.assert_array_equal(net.unused.weight.data().asnumpy(), unused0)
+    with autograd.record():
+        loss = loss_fn(net(mx.nd.array(shard(x, B)[2]), hvd.rank() == 0),
+                       mx.nd.array(shard(y, B)[2]))
+    loss.backward()
+    trainer.allreduce_grads()
+    try:
+        trainer.update(B * n, ignore_stale_grad=True)
+        raise AssertionError("update() after a mixed-freshness reduction was accepted")
+    except ValueError as e:
+        assert "kvstale_dist_dense1_weight" in str(e) and "step(" in str(e), str(e)
+    with autograd.record():
+        loss = loss_fn(net(mx.nd.array(shard(x, B)[2]), True), mx.nd.array(shard(y, B)[2]))
+    loss.backward()
+    trainer.allreduce_grads()
+    trainer.update(B * n, ignore_stale_grad=True)
+    assert_same_on_all_ranks(param_arrays(net), "kvstore stale, update")
+
+
 def refused():
     # What MXNet does not allow with a kvstore that has no optimizer: an error, never a
     # silent local-only run.
@@ -178,7 +233,7 @@ def refused():
 
 SCENARIOS = {"instance": instance, "string": string, "devices": devices,
              "per_rank_batch": per_rank_batch, "first_step_broadcast": first_step_broadcast,
-             "allreduce_grads": allreduce_grads,
+             "allreduce_grads": allreduce_grads, "stale_on_some_ranks": stale_on_some_ranks,
              "refused": refused}
 
 if __name__ == "__main__":

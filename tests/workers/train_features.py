@@ -379,11 +379,53 @@ def stale_on_some_ranks():
         assert "stale_dist_dense1_weight" in str(e) and "step(" in str(e), str(e)
 
 
+def stale_on_some_ranks_optimizer():
+    """A plain gluon.Trainer with DistributedOptimizer, step(ignore_stale_grad=True) and a
+    branch used on rank 0 only: the Trainer calls the optimizer for fresh parameters only,
+    so rank 0 alone reduced the branch and waited for the others (stalled). Now the ranks
+    agree on freshness first and every rank updates it, as one process on the
+    concatenated batch; also through allreduce_grads() + update(ignore_stale_grad=True)
+    (the optimizer reduces in update)."""
+    x, y = global_data(3, B, seed=9)
+    net, ref = Branchy("ostale_dist_"), Branchy("ostale_ref_")
+    for m in (net, ref):
+        m.initialize(mx.init.Uniform(0.5))
+    hvd.broadcast_parameters(net.collect_params())
+    for pd, ps in zip(ref.collect_params().values(), net.collect_params().values()):
+        pd.set_data(ps.data())
+    unused0 = net.unused.weight.data().asnumpy()
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    tr = gluon.Trainer(net.collect_params(), hvd.DistributedOptimizer(optimizer("sgd")),
+                       kvstore=None)
+    ref_tr = gluon.Trainer(ref.collect_params(), optimizer("sgd"), kvstore=None)
+    for s in range(3):
+        with autograd.record():
+            loss = loss_fn(net(mx.nd.array(shard(x, B)[s]), hvd.rank() == 0),
+                           mx.nd.array(shard(y, B)[s]))
+        loss.backward()
+        if s < 2:
+            tr.step(B, ignore_stale_grad=True)
+        else:
+            tr.allreduce_grads()
+            tr.update(B, ignore_stale_grad=True)
+        with autograd.record():  # rank 0's rows use the branch, the others' do not
+            parts = [loss_fn(ref(mx.nd.array(x[s, k * B:(k + 1) * B]), k == 0),
+                             mx.nd.array(y[s, k * B:(k + 1) * B])) for k in range(hvd.size())]
+            ref_loss = mx.nd.concat(*parts, dim=0)
+        ref_loss.backward()
+        ref_tr.step(x.shape[1], ignore_stale_grad=True)
+    got = [p.data().asnumpy() for p in net.collect_params().values()]
+    assert_close(got, [p.data().asnumpy() for p in ref.collect_params().values()], 0.1,
+                 "stale on some ranks, DistributedOptimizer")
+    assert_same_on_all_ranks(got, "stale on some ranks, DistributedOptimizer")
+    np.testing.assert_array_equal(net.unused.weight.data().asnumpy(), unused0)
+
+
 SCENARIOS = {f.__name__: f for f in (
     grad_req_add, clip_between_allreduce_and_update, two_trainers_gan, unwrap_and_type_errors,
     insertion_order_and_null, row_sparse_embedding, row_sparse_optimizer_gluon,
     row_sparse_optimizer_module, fp16_compression, optimizer_on_own_device,
-    stale_on_some_ranks)}
+    stale_on_some_ranks, stale_on_some_ranks_optimizer)}
 
 
 if __name__ == "__main__":
