@@ -31,6 +31,6 @@ from mxhorovod.trainer import DistributedTrainer
 from mxhorovod import kvstore  # noqa: F401
 
 # --- gluon.Trainer over kvstore 'horovod' or with a DistributedOptimizer: ranks agree on
-# fresh gradients with ignore_stale_grad=True (mxhorovod/stale_grads.py) ---
-from mxhorovod.stale_grads import install_trainer_agreement as _install_trainer_agreement
+# fresh gradients with ignore_stale_grad=True, and on AMP overflow (mxhorovod/agreement.py) ---
+from mxhorovod.agreement import install_trainer_agreement as _install_trainer_agreement
 _install_trainer_agreement()

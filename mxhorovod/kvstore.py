@@ -31,14 +31,14 @@ makes that function return this kvstore for the name 'horovod' (and changes noth
 any other name).
 
 With ``step(batch_size, ignore_stale_grad=True)`` the ranks first agree on which gradients
-are fresh (:mod:`mxhorovod.stale_grads`: one small blocking allreduce per step, only then):
+are fresh (:mod:`mxhorovod.agreement`: one small blocking allreduce per step, only then):
 a parameter that backward used on some ranks only is zeroed on the others and updated on
 every rank, as one process on the concatenated batch would. MXNet's own Trainer would sum
 the stale ranks' leftover gradients in and update on the fresh ranks only, so the ranks'
 weights drifted apart silently; ``update(..., ignore_stale_grad=True)`` after
 ``allreduce_grads()`` in that case raises ValueError on every rank. Importing mxhorovod
 wraps ``gluon.Trainer.step`` and ``update`` for that
-(:func:`mxhorovod.stale_grads.install_trainer_agreement`).
+(:func:`mxhorovod.agreement.install_trainer_agreement`).
 
 Not supported, each with an error naming the cause: the optimizer on the kvstore
 (``update_on_kvstore=True``, ``set_optimizer``, optimizer states), ``init``/``push``/

@@ -91,7 +91,7 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
     reduction). One context per rank with a plain ``gluon.Trainer``; for ``gluon`` prefer
     ``DistributedTrainer``. A plain ``gluon.Trainer`` calls the optimizer for fresh
     parameters only; with ``ignore_stale_grad=True`` the ranks first agree on fresh
-    gradients (:mod:`mxhorovod.stale_grads`), so a parameter used on some ranks only is
+    gradients (:mod:`mxhorovod.agreement`), so a parameter used on some ranks only is
     reduced and updated on every rank instead of stalling the ranks that used it.
 
     Raises:

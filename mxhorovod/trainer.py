@@ -21,7 +21,7 @@ from mxhorovod.process_sets import _id as _ps_id
 from mxhorovod.process_sets import _outside
 from mxhorovod.process_sets import _size as _ps_size
 from mxhorovod.process_sets import global_process_set
-from mxhorovod.stale_grads import mixed_freshness, zero_stale_where_fresh_elsewhere
+from mxhorovod.agreement import mixed_freshness, zero_stale_where_fresh_elsewhere
 
 __all__ = ["DistributedTrainer"]
 

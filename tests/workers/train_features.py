@@ -421,11 +421,53 @@ def stale_on_some_ranks_optimizer():
     np.testing.assert_array_equal(net.unused.weight.data().asnumpy(), unused0)
 
 
+def amp_overflow_on_one_rank():
+    """AMP dynamic loss scaling (amp.init_trainer) with an inf gradient on the last rank
+    only, in step 1 of 3: every rank skips that step and halves its loss scale, as one
+    process on the concatenated batch. With DistributedOptimizer in a plain gluon.Trainer
+    the scaler's check ran before the reduction, on each rank's own gradients: the
+    overflowed rank skipped the optimizer and its allreduces, the job stalled (or ran on
+    with the ranks a step apart). DistributedTrainer, which reduces first, as well."""
+    from mxnet.contrib import amp
+    from mxnet.contrib.amp.loss_scaler import LossScaler
+    if not amp.amp._amp_initialized:
+        # amp.init() would also cast FullyConnected to float16, which MXNet's CPU build
+        # lacks: switch on only the loss-scaling half, the part that involves the Trainer.
+        amp.amp._amp_initialized = True
+        amp.amp._loss_scaler = LossScaler()
+    x, y = global_data(3, B, seed=10)
+    x[1, -1, 0] = np.inf  # a row of the last rank's shard in step 1
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    for kind in ("optimizer", "trainer"):
+        net, ref = pair("amp_" + kind)
+        if kind == "optimizer":
+            tr = gluon.Trainer(net.collect_params(), hvd.DistributedOptimizer(optimizer("sgd")),
+                               kvstore=None)
+        else:
+            tr = hvd.DistributedTrainer(net.collect_params(), optimizer("sgd"))
+        ref_tr = gluon.Trainer(ref.collect_params(), optimizer("sgd"), kvstore=None)
+        amp.init_trainer(tr)
+        amp.init_trainer(ref_tr)
+        for s in range(3):
+            for model, trainer, xb, yb in ((net, tr, shard(x, B)[s], shard(y, B)[s]),
+                                           (ref, ref_tr, x[s], y[s])):
+                with autograd.record():
+                    loss = loss_fn(model(mx.nd.array(xb)), mx.nd.array(yb))
+                    with amp.scale_loss(loss, trainer) as scaled:
+                        autograd.backward(scaled)
+                trainer.step(xb.shape[0])
+            assert tr._amp_loss_scaler._next_loss_scale == \
+                ref_tr._amp_loss_scaler._next_loss_scale, (kind, s)
+        assert ref_tr._amp_loss_scaler._next_loss_scale == 2.0 ** 15  # halved once
+        assert_close(param_arrays(net), param_arrays(ref), 0.1, "amp overflow, " + kind)
+        assert_same_on_all_ranks(param_arrays(net), "amp overflow " + kind)
+
+
 SCENARIOS = {f.__name__: f for f in (
     grad_req_add, clip_between_allreduce_and_update, two_trainers_gan, unwrap_and_type_errors,
     insertion_order_and_null, row_sparse_embedding, row_sparse_optimizer_gluon,
     row_sparse_optimizer_module, fp16_compression, optimizer_on_own_device,
-    stale_on_some_ranks, stale_on_some_ranks_optimizer)}
+    stale_on_some_ranks, stale_on_some_ranks_optimizer, amp_overflow_on_one_rank)}
 
 
 if __name__ == "__main__":
