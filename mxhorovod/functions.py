@@ -121,8 +121,10 @@ def broadcast_parameters(params, root_rank=0, prefix=None):
     broadcast completes inside its call: at the call, or in the first forward.
 
     Raises:
-        ValueError: ``params`` is not a dict or ParameterDict, or holds a row_sparse
-            parameter (only dense parameters are supported); and on every rank, before
+        ValueError: ``params`` is not a dict or ParameterDict, or holds a Gluon
+            Parameter of storage type row_sparse (only dense Parameters; a row_sparse
+            NDArray, Module's ``arg_params`` of a ``stype='row_sparse'`` variable, is
+            broadcast through its dense form), or a csr array; and on every rank, before
             anything is broadcast, when the ranks' keys differ (naming them; Horovod waits
             forever for the missing names), for instance Gluon's automatic names shifted by
             a block made on some ranks only.
@@ -156,9 +158,17 @@ def broadcast_parameters(params, root_rank=0, prefix=None):
                     value, lambda arrays, name=name: _broadcast_arrays(arrays, root_rank, name))
                 continue
         elif isinstance(value, mx.nd.NDArray):
+            if value.stype == "row_sparse":
+                # Module's arg_params for mx.sym.Variable(..., stype='row_sparse'): the
+                # core takes dense arrays only; the root's rows come back as row_sparse
+                # (rows of zeros dropped, the same value). Engine-ordered, no wait.
+                dense = value.tostype("default")
+                _broadcast_arrays([dense], root_rank, name)
+                dense.tostype("row_sparse").copyto(value)
+                continue
             if value.stype != "default":
                 raise ValueError("broadcast_parameters: %r has storage type %s; only dense "
-                                 "arrays are supported" % (key, value.stype))
+                                 "and row_sparse arrays are supported" % (key, value.stype))
             arrays = [value]
         else:
             raise ValueError("broadcast_parameters: %r is a %s, expected a Parameter or "

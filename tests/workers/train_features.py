@@ -234,12 +234,15 @@ def row_sparse_optimizer_gluon():
     assert_same_on_all_ranks(param_arrays(net), "row_sparse_opt")
 
 
-def row_sparse_optimizer_module():
+def row_sparse_optimizer_module(weight_stype="default"):
     """Module.fit with DistributedOptimizer and Embedding(sparse_grad=True) (a row_sparse
-    gradient, dense weight): equals one process on the concatenated batch."""
+    gradient; the weight dense, or row_sparse as well): equals one process on the
+    concatenated batch."""
     x, y = sparse_tokens(3, vocab_per_rank=5, seed=9)
     data = mx.sym.Variable("data")
-    emb = mx.sym.Embedding(data, input_dim=20, output_dim=4, sparse_grad=True, name="emb")
+    weight = mx.sym.Variable("emb_weight", stype=weight_stype)
+    emb = mx.sym.Embedding(data, weight=weight, input_dim=20, output_dim=4, sparse_grad=True,
+                           name="emb")
     out = mx.sym.FullyConnected(mx.sym.flatten(emb), num_hidden=3, name="fc")
     sym = mx.sym.SoftmaxOutput(out, name="softmax")
     mods = []
@@ -251,7 +254,11 @@ def row_sparse_optimizer_module():
         mods.append(mod)
     dist, ref = mods
     arg, aux = dist.get_params()
+    assert arg["emb_weight"].stype == weight_stype
     hvd.broadcast_parameters(arg)
+    if weight_stype == "row_sparse":  # refused before ("only dense arrays")
+        assert arg["emb_weight"].stype == "row_sparse"
+        assert_same_on_all_ranks([arg["emb_weight"].asnumpy()], "row_sparse weight broadcast")
     dist.set_params(arg, aux)
     ref.set_params(arg, aux)
     before = arg["emb_weight"].asnumpy()
@@ -269,6 +276,13 @@ def row_sparse_optimizer_module():
                                   before[5 * n:])
     assert_close(got, want, 0.1, "row_sparse, Module")
     assert_same_on_all_ranks(got, "row_sparse_module")
+
+
+def row_sparse_weight_module():
+    """row_sparse_optimizer_module with a row_sparse weight (mx.sym.Variable(...,
+    stype='row_sparse')): broadcast_parameters of Module's arg_params sends it through its
+    dense form."""
+    row_sparse_optimizer_module("row_sparse")
 
 
 def fp16_compression():
@@ -466,7 +480,8 @@ def amp_overflow_on_one_rank():
 SCENARIOS = {f.__name__: f for f in (
     grad_req_add, clip_between_allreduce_and_update, two_trainers_gan, unwrap_and_type_errors,
     insertion_order_and_null, row_sparse_embedding, row_sparse_optimizer_gluon,
-    row_sparse_optimizer_module, fp16_compression, optimizer_on_own_device,
+    row_sparse_optimizer_module, row_sparse_weight_module, fp16_compression,
+    optimizer_on_own_device,
     stale_on_some_ranks, stale_on_some_ranks_optimizer, amp_overflow_on_one_rank)}
 
 
