@@ -164,37 +164,6 @@ def embedding_net(prefix, vocab):
     return net
 
 
-def row_sparse_embedding():
-    """Embedding(sparse_grad=True): rows touched by any rank are updated, others are not."""
-    vocab = 50
-    rng = np.random.RandomState(7)
-    # Rank r uses tokens from its own range (r*10 .. r*10+9), so some rows are touched by
-    # one rank only; rows 40..49 are touched by nobody and must keep their values.
-    n = hvd.size()
-    x = np.stack([np.stack([rng.randint(10 * r, 10 * r + 10, size=(B, 2)) for r in range(n)])
-                  for _ in range(2)]).reshape(2, n * B, 2).astype(np.float32)
-    y = rng.randint(0, 3, size=(2, n * B)).astype(np.float32)
-    net = embedding_net("emb_dist_", vocab)
-    hvd.broadcast_parameters(net.collect_params())
-    ref = embedding_net("emb_ref_", vocab)
-    copy_params(net, ref)
-    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
-    make = lambda: mx.optimizer.SGD(learning_rate=0.1, momentum=0.9, wd=1e-3)
-    tr = hvd.DistributedTrainer(net.collect_params(), make())
-    ref_tr = gluon.Trainer(ref.collect_params(), make(), kvstore=None)
-    before = net[0].weight.data().asnumpy()
-    for s in range(2):
-        forward_backward(net, loss_fn, shard(x, B)[s], shard(y, B)[s])
-        assert net[0].weight.grad().stype == "row_sparse"
-        tr.step(B)
-        forward_backward(ref, loss_fn, x[s], y[s])
-        ref_tr.step(x.shape[1])
-    after = net[0].weight.data().asnumpy()
-    np.testing.assert_array_equal(after[10 * n:], before[10 * n:])
-    assert_close(param_arrays(net), param_arrays(ref), 0.1, "row_sparse embedding")
-    assert_same_on_all_ranks(param_arrays(net), "row_sparse")
-
-
 def sparse_tokens(steps, vocab_per_rank=10, seed=7):
     """(x, y): x (steps, size*B, 2) token ids, rank r's rows drawing from its own range
     r*vocab_per_rank .. (r+1)*vocab_per_rank - 1; y (steps, size*B) labels in 0..2."""
@@ -207,19 +176,20 @@ def sparse_tokens(steps, vocab_per_rank=10, seed=7):
     return x, y
 
 
-def row_sparse_optimizer_gluon():
-    """DistributedOptimizer in a plain gluon.Trainer with Embedding(sparse_grad=True): the
-    row_sparse gradient is averaged (it raised 'row_sparse NDArrays are not supported'
-    naming 'DistributedOptimizer.0.2', not the parameter); rows nobody touched stay."""
+def row_sparse_training(tag, make_trainer):
+    """Embedding(sparse_grad=True) trained 2 steps by ``make_trainer(params, optimizer)``
+    against one process on the concatenated batch. Rank r uses tokens from its own range
+    (r*10 .. r*10+9), so some rows are touched by one rank only; the rows nobody touches
+    (from 10*size on) must keep their values."""
     vocab = 50
     x, y = sparse_tokens(2)
-    net = embedding_net("embo_dist_", vocab)
+    net = embedding_net(tag + "_dist_", vocab)
     hvd.broadcast_parameters(net.collect_params())
-    ref = embedding_net("embo_ref_", vocab)
+    ref = embedding_net(tag + "_ref_", vocab)
     copy_params(net, ref)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     make = lambda: mx.optimizer.SGD(learning_rate=0.1, momentum=0.9, wd=1e-3)
-    tr = gluon.Trainer(net.collect_params(), hvd.DistributedOptimizer(make()), kvstore=None)
+    tr = make_trainer(net.collect_params(), make())
     ref_tr = gluon.Trainer(ref.collect_params(), make(), kvstore=None)
     before = net[0].weight.data().asnumpy()
     for s in range(2):
@@ -230,8 +200,22 @@ def row_sparse_optimizer_gluon():
         ref_tr.step(x.shape[1])
     n = hvd.size()
     np.testing.assert_array_equal(net[0].weight.data().asnumpy()[10 * n:], before[10 * n:])
-    assert_close(param_arrays(net), param_arrays(ref), 0.1, "row_sparse, DistributedOptimizer")
-    assert_same_on_all_ranks(param_arrays(net), "row_sparse_opt")
+    assert_close(param_arrays(net), param_arrays(ref), 0.1, "row_sparse " + tag)
+    assert_same_on_all_ranks(param_arrays(net), "row_sparse " + tag)
+
+
+def row_sparse_embedding():
+    """Embedding(sparse_grad=True) through DistributedTrainer: rows touched by any rank are
+    updated, others are not."""
+    row_sparse_training("emb", hvd.DistributedTrainer)
+
+
+def row_sparse_optimizer_gluon():
+    """DistributedOptimizer in a plain gluon.Trainer with Embedding(sparse_grad=True): the
+    row_sparse gradient is averaged (it raised 'row_sparse NDArrays are not supported'
+    naming 'DistributedOptimizer.0.2', not the parameter); rows nobody touched stay."""
+    row_sparse_training("embo", lambda params, opt: gluon.Trainer(
+        params, hvd.DistributedOptimizer(opt), kvstore=None))
 
 
 def row_sparse_optimizer_module(weight_stype="default"):
@@ -344,6 +328,27 @@ class Branchy(gluon.Block):
         return y + self.branch(x) if use_branch else y
 
 
+def branchy_pair(tag):
+    """(net, ref): Branchy nets '<tag>dist_' and '<tag>ref_', both holding rank 0's weights."""
+    net, ref = Branchy(tag + "dist_"), Branchy(tag + "ref_")
+    for m in (net, ref):
+        m.initialize(mx.init.Uniform(0.5))
+    hvd.broadcast_parameters(net.collect_params())
+    for pd, ps in zip(ref.collect_params().values(), net.collect_params().values()):
+        pd.set_data(ps.data())
+    return net, ref
+
+
+def branchy_reference_step(ref, ref_tr, loss_fn, x, y, s):
+    """Step ``s`` of one process on the concatenated batch: rank 0's rows use the branch."""
+    with autograd.record():
+        parts = [loss_fn(ref(mx.nd.array(x[s, k * B:(k + 1) * B]), k == 0),
+                         mx.nd.array(y[s, k * B:(k + 1) * B])) for k in range(hvd.size())]
+        ref_loss = mx.nd.concat(*parts, dim=0)
+    ref_loss.backward()
+    ref_tr.step(x.shape[1], ignore_stale_grad=True)
+
+
 def stale_on_some_ranks():
     """step(ignore_stale_grad=True) with a branch used on rank 0 only: every rank updates
     the branch, the others contributing zeros (one process on the concatenated batch);
@@ -351,15 +356,7 @@ def stale_on_some_ranks():
     in and updating on rank 0 only drifted the ranks apart.) update() after
     allreduce_grads() in that case refuses on every rank."""
     x, y = global_data(3, B, seed=8)
-    nets = []
-    for tag in ("stale_dist_", "stale_ref_"):
-        net = Branchy(tag)
-        net.initialize(mx.init.Uniform(0.5))
-        nets.append(net)
-    net, ref = nets
-    hvd.broadcast_parameters(net.collect_params())
-    for pd, ps in zip(ref.collect_params().values(), net.collect_params().values()):
-        pd.set_data(ps.data())
+    net, ref = branchy_pair("stale_")
     unused0 = net.unused.weight.data().asnumpy()
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     tr = hvd.DistributedTrainer(net.collect_params(), optimizer("sgd"))
@@ -370,12 +367,7 @@ def stale_on_some_ranks():
                            mx.nd.array(shard(y, B)[s]))
         loss.backward()
         tr.step(B, ignore_stale_grad=True)
-        with autograd.record():  # rank 0's rows use the branch, the others' do not
-            parts = [loss_fn(ref(mx.nd.array(x[s, k * B:(k + 1) * B]), k == 0),
-                             mx.nd.array(y[s, k * B:(k + 1) * B])) for k in range(hvd.size())]
-            ref_loss = mx.nd.concat(*parts, dim=0)
-        ref_loss.backward()
-        ref_tr.step(x.shape[1], ignore_stale_grad=True)
+        branchy_reference_step(ref, ref_tr, loss_fn, x, y, s)
     got = [p.data().asnumpy() for p in net.collect_params().values()]
     assert_close(got, [p.data().asnumpy() for p in ref.collect_params().values()], 0.1,
                  "stale on some ranks")
@@ -401,12 +393,7 @@ def stale_on_some_ranks_optimizer():
     concatenated batch; also through allreduce_grads() + update(ignore_stale_grad=True)
     (the optimizer reduces in update)."""
     x, y = global_data(3, B, seed=9)
-    net, ref = Branchy("ostale_dist_"), Branchy("ostale_ref_")
-    for m in (net, ref):
-        m.initialize(mx.init.Uniform(0.5))
-    hvd.broadcast_parameters(net.collect_params())
-    for pd, ps in zip(ref.collect_params().values(), net.collect_params().values()):
-        pd.set_data(ps.data())
+    net, ref = branchy_pair("ostale_")
     unused0 = net.unused.weight.data().asnumpy()
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     tr = gluon.Trainer(net.collect_params(), hvd.DistributedOptimizer(optimizer("sgd")),
@@ -422,12 +409,7 @@ def stale_on_some_ranks_optimizer():
         else:
             tr.allreduce_grads()
             tr.update(B, ignore_stale_grad=True)
-        with autograd.record():  # rank 0's rows use the branch, the others' do not
-            parts = [loss_fn(ref(mx.nd.array(x[s, k * B:(k + 1) * B]), k == 0),
-                             mx.nd.array(y[s, k * B:(k + 1) * B])) for k in range(hvd.size())]
-            ref_loss = mx.nd.concat(*parts, dim=0)
-        ref_loss.backward()
-        ref_tr.step(x.shape[1], ignore_stale_grad=True)
+        branchy_reference_step(ref, ref_tr, loss_fn, x, y, s)
     got = [p.data().asnumpy() for p in net.collect_params().values()]
     assert_close(got, [p.data().asnumpy() for p in ref.collect_params().values()], 0.1,
                  "stale on some ranks, DistributedOptimizer")
