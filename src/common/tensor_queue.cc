@@ -106,30 +106,12 @@ bool TensorQueue::Add(std::vector<TensorTableEntry>&& entries) {
   std::lock_guard<std::mutex> lk(mu_);
   if (closed_) return false;
   for (auto& e : entries) {
-    if (spare_.empty()) {
-      std::string name = e.request.name;
-      auto it = table_.emplace(std::move(name), Slot{std::move(e)}).first;
-      new_slots_.push_back(&it->second);
-      continue;
-    }
-    Node node = std::move(spare_.back());
-    spare_.pop_back();
-    node.key() = e.request.name;
-    node.mapped().entry = std::move(e);
-    node.mapped().popped = false;
-    auto r = table_.insert(std::move(node));
-    if (!r.inserted) spare_.push_back(std::move(r.node));  // as emplace: the queued one stays
-    new_slots_.push_back(&r.position->second);
+    std::string name = e.request.name;  // before the entry moves
+    // An entry of a name already queued is dropped (the names' lines rule that out).
+    auto it = spare_.Emplace(table_, name, Slot{std::move(e)}).first;
+    new_slots_.push_back(&it->second);
   }
   return true;
-}
-
-void TensorQueue::Erase(std::unordered_map<std::string, Slot>::iterator it) {
-  if (spare_.size() >= kMaxSpare) {
-    table_.erase(it);
-    return;
-  }
-  spare_.push_back(table_.extract(it));
 }
 
 void TensorQueue::PopRequests(std::vector<Request*>* out) {
@@ -158,7 +140,7 @@ bool TensorQueue::Take(const std::string& name, TensorTableEntry* out) {
   if (it == table_.end()) return false;
   Unlist(&it->second);
   *out = std::move(it->second.entry);
-  Erase(it);
+  spare_.Erase(table_, it);
   return true;
 }
 
@@ -173,7 +155,7 @@ void TensorQueue::TakeMany(const std::vector<const std::string*>& names,
     Unlist(&it->second);
     (*out)[i] = std::move(it->second.entry);
     (*found)[i] = 1;
-    Erase(it);
+    spare_.Erase(table_, it);
   }
 }
 

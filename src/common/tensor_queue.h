@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common.h"
+#include "spare_nodes.h"
 
 namespace mxhorovod {
 
@@ -96,13 +97,8 @@ class TensorQueue {
   void Unlist(Slot* slot);
   std::unordered_map<std::string, Slot> table_;
   std::vector<Slot*> new_slots_;  // into table_'s nodes (stable addresses), not yet popped
-  // Nodes of table_ whose entries were taken, for Add to reuse: a node allocated by the
-  // calling thread and freed by the background thread (and so for every tensor) left
-  // glibc's per-thread cache of the calling thread empty and contended for the arena lock.
-  using Node = std::unordered_map<std::string, Slot>::node_type;
-  std::vector<Node> spare_;
-  static constexpr size_t kMaxSpare = 4096;  // ~1 MB: more than 1,000 tensors in flight
-  void Erase(std::unordered_map<std::string, Slot>::iterator it);  // keeps the node spare
+  // table_'s nodes: added by the calling threads, taken by the background thread.
+  SpareNodes<std::unordered_map<std::string, Slot>> spare_{4096};  // ~1 MB at most
 };
 
 }  // namespace mxhorovod

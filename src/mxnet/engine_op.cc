@@ -13,6 +13,7 @@
 #include <unordered_set>
 
 #include "common/operations.h"
+#include "common/spare_nodes.h"
 #include "mxnet/ndarray.h"
 
 namespace mxhorovod {
@@ -252,33 +253,21 @@ class ChunkUses {
 
  private:
   using Map = std::unordered_map<const void*, int>;
-  static constexpr size_t kMaxSpare = 4096;
   void Add(const void* c) {
     auto it = uses_.find(c);
     if (it != uses_.end()) {
       ++it->second;
-    } else if (spare_.empty()) {
-      uses_.emplace(c, 1);
     } else {
-      Map::node_type node = std::move(spare_.back());
-      spare_.pop_back();
-      node.key() = c;
-      node.mapped() = 1;
-      uses_.insert(std::move(node));
+      spare_.Emplace(uses_, c, 1);
     }
   }
   void Remove(const void* c) {
     auto it = uses_.find(c);
-    if (it == uses_.end() || --it->second > 0) return;
-    if (spare_.size() < kMaxSpare) {
-      spare_.push_back(uses_.extract(it));
-    } else {
-      uses_.erase(it);
-    }
+    if (it != uses_.end() && --it->second == 0) spare_.Erase(uses_, it);
   }
   std::mutex mu_;
   Map uses_;
-  std::vector<Map::node_type> spare_;
+  SpareNodes<Map> spare_{4096};
 };
 
 ChunkUses& Uses() {
