@@ -141,6 +141,15 @@ def _handle(arr):
     return arr.handle.value
 
 
+_recording = mx.autograd.is_recording
+
+
+def _differentiable(tensor):
+    """A floating-point NDArray (inside ``autograd.record()``: the call is recorded, see
+    :mod:`mxhorovod.autograd_ops`); anything else takes the plain path and its checks."""
+    return isinstance(tensor, _NDArray) and np.dtype(tensor.dtype).kind == "f"
+
+
 def _refuse(kind, names, pid, error, n=1):
     """This rank refused its call with ``error`` (its own checks, after the call's name was
     taken): the same call fails on the other ranks of the set, naming this rank and the
@@ -257,6 +266,10 @@ def allreduce(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
     Returns:
         A new NDArray with tensor's shape, dtype and context, ready when read.
     """
+    if _recording() and _differentiable(tensor):
+        from mxhorovod import autograd_ops
+        return autograd_ops.allreduce(tensor, average, name, priority, prescale_factor,
+                                      postscale_factor, op, process_set)
     return _allreduce(tensor, None, average, name, priority, prescale_factor, postscale_factor,
                       op, process_set, "allreduce")
 
@@ -405,6 +418,9 @@ def broadcast(tensor, root_rank, name=None, priority=0, process_set=global_proce
         ValueError: root_rank is not a member of ``process_set``.
         TypeError: root_rank or priority not an integer (a float is not truncated).
     """
+    if _recording() and _differentiable(tensor):
+        from mxhorovod import autograd_ops
+        return autograd_ops.broadcast(tensor, root_rank, name, priority, process_set)
     return _broadcast(tensor, None, root_rank, name, priority, process_set, "broadcast")
 
 
@@ -517,6 +533,9 @@ def allgather(tensor, name=None, priority=0, process_set=global_process_set):
             dimensions after the first (the message names the tensor and two ranks'
             layouts); nothing is submitted.
     """
+    if _recording() and _differentiable(tensor):
+        from mxhorovod import autograd_ops
+        return autograd_ops.allgather(tensor, name, priority, process_set)
     return grouped_allgather([tensor], name=name, priority=priority, process_set=process_set,
                              _what="allgather")[0]
 
@@ -532,6 +551,12 @@ def grouped_allgather(tensors, name=None, priority=0, process_set=global_process
             tensors. An empty list returns [] at once; where the peers passed tensors,
             their call fails naming this rank and both lengths.
     """
+    return _grouped_allgather(tensors, name, priority, process_set, _what)[0]
+
+
+def _grouped_allgather(tensors, name, priority, process_set, _what):
+    """:func:`grouped_allgather`, returning (outputs, rows): rows[k, i] is the dimension 0
+    of tensor i on the k-th rank of the set (None for an empty list)."""
     if _is_empty_group(tensors):
         # Its name is taken (unnamed calls keep in step with the peers') and the peers'
         # layout exchange, the first step of their call, is refused: it fails instead of
@@ -540,7 +565,7 @@ def grouped_allgather(tensors, name=None, priority=0, process_set=global_process
         base = _name(_what, name, pid)
         _refuse("allgather", [base + ".rows"], pid,
                 InvalidArgumentError("%s '%s': %s" % (_what, base, _EMPTY_ALLGATHER)))
-        return []
+        return [], None
     pid = _ps_id(process_set, _what)
     size = _ps_size(process_set, _what)
     base = _name(_what, name, pid)
@@ -556,7 +581,7 @@ def grouped_allgather(tensors, name=None, priority=0, process_set=global_process
                for i, t in enumerate(tensors)]
     _core.grouped_allgather([_handle(t) for t in tensors], [_handle(o) for o in outputs], names,
                             priority, pid)
-    return outputs
+    return outputs, rows
 
 
 def alltoall(tensor, splits=None, name=None, priority=0, process_set=global_process_set):
@@ -575,6 +600,13 @@ def alltoall(tensor, splits=None, name=None, priority=0, process_set=global_proc
         ValueError: splits not 1-D integers, wrong number of entries, negative, sum larger
             than dim 0, or dim 0 not divisible by size() without splits.
     """
+    if _recording() and _differentiable(tensor):
+        from mxhorovod import autograd_ops
+        return autograd_ops.alltoall(tensor, splits, name, priority, process_set)
+    return _alltoall(tensor, splits, name, priority, process_set)
+
+
+def _alltoall(tensor, splits, name, priority, process_set):
     pid = _ps_id(process_set, "alltoall")
     world = _ps_size(process_set, "alltoall")
     name = _name("alltoall", name, pid)
@@ -684,6 +716,10 @@ def reducescatter(tensor, op=Average, name=None, priority=0, process_set=global_
     Raises:
         ValueError: a 0-d array, or an op other than Sum and Average.
     """
+    if _recording() and _differentiable(tensor):
+        from mxhorovod import autograd_ops
+        return autograd_ops.reducescatter(tensor, op, name, priority, process_set,
+                                          prescale_factor, postscale_factor)
     return grouped_reducescatter([tensor], op=op, name=name, priority=priority,
                                  process_set=process_set, prescale_factor=prescale_factor,
                                  postscale_factor=postscale_factor, _what="reducescatter")[0]

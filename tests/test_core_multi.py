@@ -209,3 +209,13 @@ def test_grouped_call_of_different_lengths_fails_on_every_rank(np_, env):
     # (grouped_allgather too): that rank gets [] at once, the peers the error (they used to
     # wait forever); empty on every rank: [] everywhere; unnamed calls stay in step.
     run_ranks(np_, "group_size_mismatch.py", timeout=180, env=env)
+
+
+@pytest.mark.parametrize("np_,engine,mode", [(2, None, ""), (3, None, ""), (2, "NaiveEngine", ""),
+                                             (3, None, "np")])
+def test_collectives_inside_autograd_record_are_differentiated(np_, engine, mode):
+    # allreduce (Sum/Average, scale factors), allgather (uneven), broadcast, reducescatter,
+    # alltoall: the inputs' gradients of the sum of every rank's loss (they were zero), and a
+    # mean over all ranks inside the loss trains as one process on the concatenated batch.
+    env = {"MXNET_ENGINE_TYPE": engine} if engine else None
+    run_ranks(np_, "autograd_collectives.py", [mode] if mode else [], timeout=180, env=env)

@@ -1,0 +1,200 @@
+"""Collectives that MXNet's autograd differentiates: ``hvd.allreduce``, ``allgather``,
+``broadcast``, ``alltoall`` and ``reducescatter`` called inside ``autograd.record()`` on a
+floating-point NDArray.
+
+A collective is an operation pushed through the C API, which autograd does not record: its
+output was cut off from its input, so ``backward`` left the input's gradient at zero without
+a word (or raised "Cannot differentiate node" when nothing else led to the loss), where
+PyTorch and TensorFlow under Horovod differentiate these calls (a synchronized BatchNorm,
+an all-gathered contrastive loss). Each such call made while recording is now an
+``mx.autograd.Function`` whose backward runs the transposed collective on every rank of
+the set, under the forward's name plus ``'.grad'`` (an unnamed call's automatic name):
+
+- allreduce ``Sum`` / ``Average`` (with ``prescale_factor`` ``a`` and ``postscale_factor``
+  ``b``): the upstream gradients reduced with the same op and factors.
+- allgather: the upstream gradients summed over the ranks, then this rank's rows.
+- broadcast: the root gets the upstream gradients summed over the ranks, the others zero.
+- reducescatter ``Sum`` / ``Average``: the ranks' upstream gradients gathered, times
+  ``a * b`` (and ``1 / size`` for Average).
+- alltoall: the upstream gradients sent back along the received splits.
+
+That is the gradient of the **sum of every rank's loss** (the objective whose parameter
+gradients ``DistributedTrainer`` then averages; one process on the concatenated batch gives
+the same numbers). Horovod's PyTorch binding averages instead of summing for allgather and
+broadcast. ``Min``, ``Max`` and ``Product`` allreduces, integer tensors, in-place calls
+(``allreduce_``, ``broadcast_``) and the grouped calls are not recorded (as before, their
+outputs are constants to autograd). Every rank whose loss depends on the output must run
+backward, as it must run the forward: the backward collective waits for the other ranks.
+"""
+import operator
+
+import mxnet as mx
+import numpy as np
+
+from mxhorovod import mpi_ops
+from mxhorovod.mpi_ops import Average, Sum
+from mxhorovod.process_sets import _id as _ps_id
+from mxhorovod.process_sets import _size as _ps_size
+
+__all__ = ["allreduce", "allgather", "broadcast", "alltoall", "reducescatter"]
+
+
+def _op_code(op, average):
+    """The op a reduction will use, or None when the call's own checks will refuse it."""
+    if average is not None:
+        return Average if average else Sum
+    if op is None:
+        return Average
+    try:
+        return operator.index(op)
+    except TypeError:
+        return None
+
+
+def _zeros_like(t):
+    if isinstance(t, mx.np.ndarray):
+        return mx.np.zeros(t.shape, dtype=t.dtype, ctx=t.context)
+    return mx.nd.zeros(t.shape, ctx=t.context, dtype=t.dtype)
+
+
+class _Collective(mx.autograd.Function):
+    """One recorded collective: ``run`` gives the forward output, ``transpose`` maps the
+    upstream gradient to the input's gradient (both called with autograd paused)."""
+
+    def __init__(self, run, transpose):
+        super(_Collective, self).__init__()
+        self._run, self._transpose = run, transpose
+
+    def __call__(self, x):
+        try:
+            return super(_Collective, self).__call__(x)
+        except BaseException:
+            # Function.__call__ pauses recording around forward and does not restore it
+            # when forward raises (a call refused at the call): the rest of the caller's
+            # record() block must still record.
+            mx.autograd.set_recording(True)
+            raise
+
+    def forward(self, x):
+        return self._run(x)
+
+    def backward(self, dy):
+        # dy lives in the backward pass's planned memory, which MXNet hands on once this
+        # callback returns, outside the engine's ordering: a collective still to read it
+        # read another node's data (seen: garbage in a broadcast's gradient). A copy (an
+        # engine operation, ordered after dy's writer), done before returning, is ours.
+        mine = dy.copy()
+        mine.wait_to_read()
+        return self._transpose(mine)
+
+
+def allreduce(tensor, average, name, priority, prescale_factor, postscale_factor, op,
+              process_set):
+    """:func:`mxhorovod.allreduce` while recording (see the module doc)."""
+    code = _op_code(op, average)
+    if code not in (Sum, Average):
+        return mpi_ops._allreduce(tensor, None, average, name, priority, prescale_factor,
+                                  postscale_factor, op, process_set, "allreduce")
+    name = mpi_ops._name("allreduce", name, _ps_id(process_set, "allreduce"))
+
+    def run(x):
+        return mpi_ops._allreduce(x, None, average, name, priority, prescale_factor,
+                                  postscale_factor, op, process_set, "allreduce")
+
+    def transpose(dy):
+        return mpi_ops._allreduce(dy, None, None, name + ".grad", priority, prescale_factor,
+                                  postscale_factor, code, process_set, "allreduce")
+    return _Collective(run, transpose)(tensor)
+
+
+def allgather(tensor, name, priority, process_set):
+    """:func:`mxhorovod.allgather` while recording: the gradient is this rank's rows of the
+    upstream gradients summed over the ranks."""
+    name = mpi_ops._name("allgather", name, _ps_id(process_set, "allgather"))
+    where = {}
+
+    def run(x):
+        outputs, rows = mpi_ops._grouped_allgather([x], name, priority, process_set,
+                                                   "allgather")
+        counts = [int(v) for v in rows[:, 0]]
+        me = process_set.rank()
+        where["rows"] = (sum(counts[:me]), counts[me])
+        return outputs[0]
+
+    def transpose(dy):
+        total = mpi_ops._allreduce(dy, None, None, name + ".grad", priority, 1.0, 1.0, Sum,
+                                   process_set, "allgather")
+        start, count = where["rows"]
+        return total[start:start + count]
+    return _Collective(run, transpose)(tensor)
+
+
+def broadcast(tensor, root_rank, name, priority, process_set):
+    """:func:`mxhorovod.broadcast` while recording: the root's gradient is the upstream
+    gradients summed over the ranks; the others' is zero."""
+    name = mpi_ops._name("broadcast", name, _ps_id(process_set, "broadcast"))
+
+    def run(x):
+        return mpi_ops._broadcast(x, None, root_rank, name, priority, process_set, "broadcast")
+
+    def transpose(dy):
+        total = mpi_ops._allreduce(dy, None, None, name + ".grad", priority, 1.0, 1.0, Sum,
+                                   process_set, "broadcast")
+        return total if mpi_ops.rank() == root_rank else _zeros_like(dy)
+    return _Collective(run, transpose)(tensor)
+
+
+def alltoall(tensor, splits, name, priority, process_set):
+    """:func:`mxhorovod.alltoall` while recording: the gradient goes back along the splits
+    received. Returns what alltoall returns (with ``splits``: also the received splits,
+    a constant to autograd)."""
+    name = mpi_ops._name("alltoall", name, _ps_id(process_set, "alltoall"))
+    received = {}
+
+    def run(x):
+        out, recv = mpi_ops._alltoall(x, splits if splits is not None else _even(x, process_set),
+                                      name, priority, process_set)
+        received["splits"] = recv
+        return out
+
+    def transpose(dy):
+        back, _ = mpi_ops._alltoall(dy, received["splits"].asnumpy(), name + ".grad",
+                                    priority, process_set)
+        return back
+    out = _Collective(run, transpose)(tensor)
+    return (out, received["splits"]) if splits is not None else out
+
+
+def _even(x, process_set):
+    """The splits of an alltoall without ``splits`` (dimension 0 / size each; a shape that
+    does not divide gets the call's own error)."""
+    world = _ps_size(process_set, "alltoall")
+    if x.ndim == 0 or x.shape[0] % world:
+        return None
+    return np.full(world, x.shape[0] // world, dtype=np.int64)
+
+
+def reducescatter(tensor, op, name, priority, process_set, prescale_factor,
+                  postscale_factor):
+    """:func:`mxhorovod.reducescatter` while recording: the gradient is the ranks' upstream
+    gradients gathered, scaled as the forward was."""
+    code = _op_code(op, None)
+    if code not in (Sum, Average):  # the call refuses it
+        return mpi_ops.grouped_reducescatter([tensor], op, name, priority, process_set,
+                                             prescale_factor, postscale_factor,
+                                             _what="reducescatter")[0]
+    name = mpi_ops._name("reducescatter", name, _ps_id(process_set, "reducescatter"))
+
+    def run(x):
+        return mpi_ops.grouped_reducescatter([x], op, name, priority, process_set,
+                                             prescale_factor, postscale_factor,
+                                             _what="reducescatter")[0]
+
+    def transpose(dy):
+        scale = float(prescale_factor) * float(postscale_factor)
+        if code == Average:
+            scale /= _ps_size(process_set, "reducescatter")
+        gathered = mpi_ops._grouped_allgather([dy], name + ".grad", priority, process_set,
+                                              "allgather")[0][0]
+        return gathered * scale if scale != 1.0 else gathered
+    return _Collective(run, transpose)(tensor)
