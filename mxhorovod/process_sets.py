@@ -162,9 +162,10 @@ def _size(process_set, what):
     for entry in _core.process_sets():
         if entry[0] == pid:
             return entry[4]
-    if pid == 0:
-        from mxhorovod.basics import _not_initialized
-        raise ValueError(_not_initialized(what))  # a peer's shutdown or a stall: says so
+    from mxhorovod.basics import _not_initialized
+    if pid == 0 or not _core.is_initialized():
+        # Stopped (a peer's shutdown or a stall) after the set was registered: says so.
+        raise ValueError(_not_initialized(what))
     raise InvalidArgumentError("%s: process set %d is not registered" % (what, pid))
 
 

@@ -22,6 +22,7 @@ from mxhorovod.process_sets import _outside
 from mxhorovod.process_sets import _size as _ps_size
 from mxhorovod.process_sets import global_process_set
 from mxhorovod.agreement import mixed_freshness, zero_stale_where_fresh_elsewhere
+from mxhorovod.batch_check import BatchSizeCheck
 
 __all__ = ["DistributedTrainer"]
 
@@ -132,6 +133,7 @@ class DistributedTrainer(mx.gluon.Trainer):
         self._buckets = GradientBuckets(self._params, self._priorities,
                                         int(bucket_cap_mb * 2**20)) \
             if gradient_as_bucket_view else None
+        self._batch_check = BatchSizeCheck()
 
     def _reduce_kwargs(self):
         f = self._gradient_predivide_factor
@@ -164,7 +166,12 @@ class DistributedTrainer(mx.gluon.Trainer):
         stale ranks contributing zeros, as one process on the concatenated batch would; a
         parameter stale everywhere is skipped everywhere. (Horovod averages the stale
         gradients in, and only the fresh ranks update: the ranks' weights drift apart.)
+
+        Every rank must pass the same ``batch_size`` (each divides the averaged gradient by
+        its own): ranks that passed different sizes are warned at the next step, once
+        (``UserWarning``; :mod:`mxhorovod.batch_check`, one 16-byte allreduce per step).
         """
+        self._check_batch_size(batch_size)
         self._agree_on_fresh = bool(ignore_stale_grad)
         try:
             super(DistributedTrainer, self).step(batch_size, ignore_stale_grad)
@@ -193,7 +200,17 @@ class DistributedTrainer(mx.gluon.Trainer):
                     "are fresh on some ranks and stale on others, and allreduce_grads() has "
                     "averaged the stale ones in; use step(batch_size, ignore_stale_grad=True)"
                     % ", ".join("'%s'" % m for m in mixed))
+        self._check_batch_size(batch_size)
         super(DistributedTrainer, self).update(batch_size, ignore_stale_grad)
+
+    def _check_batch_size(self, batch_size):
+        # Ranks passing different batch sizes update differently: warned at the next step
+        # (mxhorovod.batch_check; one 16-byte allreduce per step, never waited for).
+        if _outside(self._process_set) or _ps_size(self._process_set, "DistributedTrainer") == 1:
+            return
+        if self._prefix is None:
+            self._auto_prefix()
+        self._batch_check.submit(batch_size, self._prefix + "batch_size", self._process_set)
 
     def _allreduce_grads(self):
         if _outside(self._process_set):

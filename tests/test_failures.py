@@ -135,10 +135,11 @@ def test_a_forked_child_that_fails_ends_alone_and_is_not_called_the_rank():
     assert "mxhorovod: rank 0 (pid" not in out and "mxhorovod: rank 1 (pid" not in out, out
 
 
-@pytest.mark.parametrize("np_", [2, 3])
-def test_a_step_after_a_peer_finished_names_the_reason(np_):
-    # Was "Horovod has not been initialized; use hvd.init(). (stopped: ...)".
-    run_ranks(np_, "exit_order.py", ["extra_step"], timeout=120)
+@pytest.mark.parametrize("np_,args", [(2, []), (3, []), (2, ["set"])])
+def test_a_step_after_a_peer_finished_names_the_reason(np_, args):
+    # Was "Horovod has not been initialized; use hvd.init(). (stopped: ...)"; over a
+    # process set, "process set 1 is not registered".
+    run_ranks(np_, "exit_order.py", ["extra_step"] + args, timeout=120)
 
 
 def test_an_exit_does_not_wait_for_a_collective_no_peer_will_call():

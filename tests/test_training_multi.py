@@ -51,3 +51,11 @@ def test_auto_names_match_when_ranks_made_different_helpers(np_):
     # A set's trainer/optimizer/helpers on its members, unused extras on rank 0: the global
     # ones' automatic names still match on every rank (no hang), results exact.
     run_ranks(np_, "train_uneven_helpers.py", timeout=240)
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_different_batch_sizes_are_warned_at_the_next_step(np_):
+    # step(b) / update(b) with b differing on one rank: one UserWarning per trainer at the
+    # next step, on every rank of the trainer's set, naming the step and the sizes; none for
+    # equal sizes (Horovod says nothing while the ranks' weights drift apart).
+    run_ranks(np_, "train_batch_size.py", timeout=240)

@@ -17,9 +17,10 @@ fork_failures: children forked after init() end by SIGTERM (as a DataLoader's wo
     ends its workers), by an unhandled exception, and by SIGSEGV: only the child ends (the
     exception and SIGSEGV were MPI_Abort / a line claiming the rank died: the exception in
     a child ended the whole job); the test checks the lines printed.
-extra_step: the ranks other than 0 run one DistributedTrainer step more than rank 0 (uneven
-    data): that step fails with the reason (a peer shut down), not the advice to call
-    hvd.init() that the message gave before it.
+extra_step [set]: the ranks other than 0 run one DistributedTrainer step more than rank 0
+    (uneven data): that step fails with the reason (a peer shut down), not the advice to
+    call hvd.init() that the message gave before it (with "set", a trainer over a registered
+    set: not "process set 1 is not registered").
 peer_blocked: rank 0 exits with a collective pending that no peer calls, while the peers
     are blocked in another: the exit stops waiting once nothing completes.
 Prints RANK <r> OK."""
@@ -34,7 +35,9 @@ from mxnet import autograd, gluon
 import mxhorovod as hvd
 
 mode = sys.argv[1]
-hvd.init()
+in_set = sys.argv[2:] == ["set"]  # extra_step: the trainer over a registered set of all ranks
+everyone = hvd.ProcessSet(list(range(int(os.environ.get("PMI_SIZE", "1")))))
+hvd.init(process_sets=[everyone] if in_set else None)
 r, n = hvd.rank(), hvd.size()
 
 if mode in ("last_step", "shutdown_after_last_step"):
@@ -110,7 +113,8 @@ elif mode == "fork_failures":
 elif mode == "extra_step":
     net = gluon.nn.Dense(1, in_units=1)
     net.initialize(mx.init.One())
-    trainer = hvd.DistributedTrainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    trainer = hvd.DistributedTrainer(net.collect_params(), "sgd", {"learning_rate": 0.1},
+                                     process_set=everyone if in_set else hvd.global_process_set)
     steps = 3 if r == 0 else 4
     try:
         for s in range(steps):

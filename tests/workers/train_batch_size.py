@@ -1,0 +1,66 @@
+"""Ranks passing different batch sizes to DistributedTrainer.step / update are warned once,
+at the trainer's next step, on every rank (mxhorovod.batch_check); equal sizes never warn.
+Also: a trainer in a process set that leaves out the last rank, with bucket views, and
+the allreduce_grads() + update() path. Prints RANK <r> OK."""
+import warnings
+
+import mxnet as mx
+import numpy as np
+from mxnet import autograd, gluon
+
+import mxhorovod as hvd
+from train_common import global_data, mlp
+
+pair = hvd.ProcessSet([0, 1])
+hvd.init(process_sets=[pair])
+r, n = hvd.rank(), hvd.size()
+x, y = global_data(8, 4)
+loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+
+
+def run(trainer, net, sizes, split=False):
+    """One step per entry of ``sizes`` (this rank's batch size per step); returns the
+    warnings raised in each step."""
+    got = []
+    for s, b in enumerate(sizes):
+        with autograd.record():
+            loss = loss_fn(net(mx.nd.array(x[s, :b])), mx.nd.array(y[s, :b]))
+        loss.backward()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            if split:
+                trainer.allreduce_grads()
+                trainer.update(b)
+            else:
+                trainer.step(b)
+        got.append([str(w.message) for w in caught if "batch sizes" in str(w.message)])
+    return got
+
+
+def trainer_for(prefix, **kw):
+    net = mlp(prefix)
+    trainer = hvd.DistributedTrainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, **kw)
+    hvd.broadcast_parameters(net.collect_params(), root_rank=0)
+    return trainer, net
+
+
+# Equal sizes: no warning at any step.
+trainer, net = trainer_for("same_")
+assert run(trainer, net, [4, 4, 3, 3, 4]) == [[]] * 5
+
+# Step 2 (1-based) differs on rank 1 and later: warned at step 3 only, naming both sizes.
+for split in (False, True):
+    trainer, net = trainer_for("split_" if split else "step_", gradient_as_bucket_view=split)
+    sizes = [4, 4 - (r == 1), 4, 4 - (r == 1), 4]
+    got = run(trainer, net, sizes, split)
+    assert [len(g) for g in got] == [0, 0, 1, 0, 0], (r, got)
+    text = got[2][0]
+    assert "at step 2" in text and "this rank %d" % sizes[1] in text and "from 3 to 4" in text, text
+
+# A set of ranks 0 and 1: its members are warned; a rank outside it trains alone, unasked.
+trainer, net = trainer_for("set_", process_set=pair)
+got = run(trainer, net, [4, 4 - (r == 1), 4, 4])
+assert [len(g) for g in got] == ([0, 0, 1, 0] if r in (0, 1) else [0, 0, 0, 0]), (r, got)
+# Every rank is done before any leaves (a rank's exit stops mxhorovod on every rank).
+hvd.allreduce(mx.nd.ones((1,)), name="done").wait_to_read()
+print("RANK %d OK" % r, flush=True)
