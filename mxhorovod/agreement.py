@@ -23,6 +23,10 @@ step apart and different loss scales. The ranks now take the check's answer from
 rank (one int32 allreduce, Max, per step): all skip, or none. (``DistributedTrainer`` and
 kvstore 'horovod' reduce first, so an inf reaches every rank's check by itself.)
 
+Batch sizes (:mod:`mxhorovod.batch_check`): every step of such a Trainer also submits one
+16-byte allreduce of its ``batch_size``, read at its next step: ranks that passed different
+sizes are warned once (their updates differed).
+
 Used by ``DistributedTrainer`` (fresh gradients), and by a plain ``gluon.Trainer`` over
 kvstore 'horovod' (fresh gradients) or with a ``DistributedOptimizer`` (both): importing
 mxhorovod wraps ``gluon.Trainer.step`` and ``update`` (:func:`install_trainer_agreement`).
@@ -36,6 +40,7 @@ import functools
 import mxnet as mx
 import numpy as np
 
+from mxhorovod.batch_check import BatchSizeCheck
 from mxhorovod.mpi_ops import Max, Sum, allreduce
 from mxhorovod.process_sets import global_process_set
 
@@ -134,9 +139,9 @@ def agreed_amp_overflow(trainer, name, process_set=global_process_set):
         del scaler.has_overflow
 
 
-def _agreement(trainer):
-    """(collective name, process set, its size) for a plain ``gluon.Trainer`` whose ranks
-    must agree on fresh gradients, or None: a Trainer over kvstore 'horovod' (the string or
+def _agreement(trainer, what="fresh"):
+    """(collective name for ``what``, process set, its size) for a plain ``gluon.Trainer``
+    whose ranks must agree (on fresh gradients, on batch sizes), or None: a Trainer over kvstore 'horovod' (the string or
     an instance; the kvstore is made now if its first step has not made it yet, as
     step/update do first anyway) or with a ``DistributedOptimizer`` on a rank of its set,
     with more than one rank. ``DistributedTrainer`` (no kvstore, its own agreement) and
@@ -151,7 +156,7 @@ def _agreement(trainer):
             trainer._init_kvstore()
         store = trainer._kvstore
         if isinstance(store, Horovod) and store.num_workers > 1:
-            return store._name("fresh", "step"), global_process_set, store.num_workers
+            return store._name(what, "step"), global_process_set, store.num_workers
         return None
     opt = getattr(trainer, "_optimizer", None)
     if isinstance(opt, DistributedOptimizer):
@@ -160,8 +165,8 @@ def _agreement(trainer):
             return None
         n = _ps_size(ps, "DistributedOptimizer")
         if n > 1:
-            opt._name("fresh")  # numbers the wrapper (its first reduction) if not yet
-            return opt._prefix + "fresh", ps, n
+            opt._name(what)  # numbers the wrapper (its first reduction) if not yet
+            return opt._prefix + what, ps, n
     return None
 
 
@@ -172,8 +177,9 @@ def install_trainer_agreement():
     elsewhere and marks it fresh; ``update`` after ``allreduce_grads()`` over kvstore
     'horovod', which has already summed the stale gradients in, raises ValueError on every
     rank naming them. With a ``DistributedOptimizer`` and an AMP loss scaler, the ranks
-    agree on overflow (:func:`agreed_amp_overflow`). Other Trainers run MXNet's code
-    unchanged. Idempotent.
+    agree on overflow (:func:`agreed_amp_overflow`). Every ``step`` / ``update`` of such a
+    Trainer checks its batch size against the peers' (:mod:`mxhorovod.batch_check`).
+    Other Trainers run MXNet's code unchanged. Idempotent.
     """
     trainer_cls = mx.gluon.Trainer
     if getattr(trainer_cls.step, "_mxhorovod_stale", False):
@@ -191,8 +197,18 @@ def install_trainer_agreement():
             return agreed_amp_overflow(trainer, agree[0] + ".overflow", agree[1])
         return contextlib.nullcontext()
 
+    def check_batch_size(trainer, batch_size):
+        # Ranks passing different batch sizes update differently (mxhorovod.batch_check).
+        target = _agreement(trainer, "batch_size")
+        if target is not None:
+            check = vars(trainer).get("_mxhorovod_batch_check")
+            if check is None:
+                check = trainer._mxhorovod_batch_check = BatchSizeCheck("Trainer")
+            check.submit(batch_size, target[0], target[1])
+
     @functools.wraps(original_step)
     def step(self, batch_size, ignore_stale_grad=False):
+        check_batch_size(self, batch_size)
         agree = needed(self, ignore_stale_grad)
         if agree is not None and ignore_stale_grad:
             zero_stale_where_fresh_elsewhere(self._params, agree[0], agree[1])
@@ -202,6 +218,7 @@ def install_trainer_agreement():
     @functools.wraps(original_update)
     def update(self, batch_size, ignore_stale_grad=False):
         from mxhorovod.optimizer import DistributedOptimizer
+        check_batch_size(self, batch_size)
         agree = needed(self, ignore_stale_grad)
         if agree is not None and ignore_stale_grad:
             if isinstance(self._optimizer, DistributedOptimizer):

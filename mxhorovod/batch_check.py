@@ -1,4 +1,6 @@
-"""A warning when the ranks pass different batch sizes to ``DistributedTrainer.step``.
+"""A warning when the ranks pass different batch sizes to ``DistributedTrainer.step`` (or to
+``gluon.Trainer.step`` over kvstore 'horovod' or with a ``DistributedOptimizer``;
+``update`` too).
 
 Each rank divides the averaged gradient by the ``batch_size`` it passes (``gluon.Trainer``
 sets ``rescale_grad = 1 / batch_size``), so ranks passing different sizes (last batches of
@@ -19,9 +21,10 @@ from mxhorovod.mpi_ops import Max, allreduce
 
 class BatchSizeCheck(object):
     """Per trainer: ``submit(batch_size, name, process_set)`` once per step (every rank of
-    the set, the same number of times)."""
+    the set, the same number of times). ``label``: the trainer's class, for the warning."""
 
-    def __init__(self):
+    def __init__(self, label="DistributedTrainer"):
+        self._label = label
         self._pending = None  # (result NDArray, this rank's size, step number)
         self._steps = 0
         self._warned = False
@@ -46,9 +49,10 @@ class BatchSizeCheck(object):
         if largest != smallest:
             self._warned = True
             warnings.warn(
-                "DistributedTrainer.step(batch_size): at step %d the ranks passed different "
+                "%s.step(batch_size): at step %d the ranks passed different "
                 "batch sizes (this rank %g; from %g to %g over the ranks). Each rank divides "
                 "the averaged gradient by its own, so their weights now differ: give every "
                 "rank the same number of samples per step (examples/distributed_data.py's "
-                "ShardSampler with last_batch='discard')." % (step, size, smallest, largest),
-                UserWarning, stacklevel=4)
+                "ShardSampler with last_batch='discard')."
+                % (self._label, step, size, smallest, largest),
+                UserWarning, stacklevel=5)  # the caller of step() or update()

@@ -57,6 +57,20 @@ for split in (False, True):
     text = got[2][0]
     assert "at step 2" in text and "this rank %d" % sizes[1] in text and "from 3 to 4" in text, text
 
+# A plain gluon.Trainer with a DistributedOptimizer, and one over kvstore 'horovod'.
+for kind in ("optimizer", "kvstore"):
+    net = mlp(kind + "_")
+    if kind == "optimizer":
+        trainer = gluon.Trainer(net.collect_params(),
+                                hvd.DistributedOptimizer(mx.optimizer.SGD(learning_rate=0.1)))
+    else:
+        trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1},
+                                kvstore="horovod")
+    hvd.broadcast_parameters(net.collect_params(), root_rank=0)
+    got = run(trainer, net, [4, 4, 3 + (r == 0), 4, 4])
+    assert [len(g) for g in got] == [0, 0, 0, 1, 0], (kind, r, got)
+    assert "Trainer.step(batch_size): at step 3" in got[3][0], got[3][0]
+
 # A set of ranks 0 and 1: its members are warned; a rank outside it trains alone, unasked.
 trainer, net = trainer_for("set_", process_set=pair)
 got = run(trainer, net, [4, 4 - (r == 1), 4, 4])
