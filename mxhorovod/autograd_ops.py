@@ -16,7 +16,8 @@ the set, under the forward's name plus ``'.grad'`` (an unnamed call's automatic 
 - broadcast: the root gets the upstream gradients summed over the ranks, the others zero.
 - reducescatter ``Sum`` / ``Average``: the ranks' upstream gradients gathered, times
   ``a * b`` (and ``1 / size`` for Average).
-- alltoall: the upstream gradients sent back along the received splits.
+- alltoall: the upstream gradients sent back along the received splits (zero for the rows
+  past ``sum(splits)``, which went nowhere).
 
 That is the gradient of the **sum of every rank's loss** (the objective whose parameter
 gradients ``DistributedTrainer`` then averages; one process on the concatenated batch gives
@@ -155,14 +156,27 @@ def alltoall(tensor, splits, name, priority, process_set):
         out, recv = mpi_ops._alltoall(x, splits if splits is not None else _even(x, process_set),
                                       name, priority, process_set)
         received["splits"] = recv
+        received["rows"] = x.shape[0]
         return out
 
     def transpose(dy):
         back, _ = mpi_ops._alltoall(dy, received["splits"].asnumpy(), name + ".grad",
                                     priority, process_set)
-        return back
+        # Rows past sum(splits) were sent nowhere: their gradient is zero.
+        return _pad_rows(back, received["rows"])
     out = _Collective(run, transpose)(tensor)
     return (out, received["splits"]) if splits is not None else out
+
+
+def _pad_rows(a, rows):
+    """``a`` with zero rows appended up to ``rows`` rows (``a`` itself when it has them)."""
+    if a.shape[0] == rows:
+        return a
+    rest = (rows - a.shape[0],) + tuple(a.shape[1:])
+    if isinstance(a, mx.np.ndarray):
+        return mx.np.concatenate([a, mx.np.zeros(rest, dtype=a.dtype, ctx=a.context)])
+    zeros = mx.nd.zeros(rest, ctx=a.context, dtype=a.dtype)
+    return zeros if a.shape[0] == 0 else mx.nd.concat(a, zeros, dim=0)
 
 
 def _even(x, process_set):

@@ -81,6 +81,15 @@ def reducescatter_and_alltoall():
         loss = (y * y).sum()
     loss.backward()
     check("alltoall", x.grad, 2 * x.asnumpy())
+    # splits adding up to fewer rows than x has: the rows sent nowhere get zero (backward
+    # raised "could not be broadcast together with remapped shapes").
+    x = arr(np.arange(n + 2).reshape(n + 2, 1) + 100 * r)
+    x.attach_grad()
+    with autograd.record():
+        y, _ = hvd.alltoall(x, splits=[1] * n)
+        loss = (y * y).sum()
+    loss.backward()
+    check("alltoall, rows not sent", x.grad, np.r_[2 * x.asnumpy()[:n], np.zeros((2, 1))])
 
 
 def not_recorded():
