@@ -134,6 +134,12 @@ _NDArray = mx.nd.NDArray
 
 def _check_ndarray(tensor, what):
     if not isinstance(tensor, _NDArray):
+        if isinstance(tensor, mx.sym.Symbol):  # a hybridized HybridBlock's hybrid_forward
+            raise TypeError(
+                "%s expects an mxnet NDArray, got a Symbol: a collective cannot be part of a "
+                "hybridized graph (HybridBlock.hybridize() traces hybrid_forward with "
+                "Symbols); call it in a block that is not hybridized, or outside the "
+                "hybridized block" % what)
         raise TypeError("%s expects an mxnet NDArray, got %s" % (what, type(tensor).__name__))
 
 

@@ -34,6 +34,24 @@ def test_single_process_collectives():
         hvd.shutdown()
 
 
+def test_a_collective_in_a_hybridized_block_says_why():
+    # Was "allreduce expects an mxnet NDArray, got Symbol", nothing about hybridize().
+    class Centred(mx.gluon.HybridBlock):
+        def hybrid_forward(self, F, x):
+            return x - hvd.allreduce(x.mean(axis=0, keepdims=True))
+
+    hvd.init()
+    try:
+        net = Centred()
+        x = mx.nd.array([[1.0, 2.0], [3.0, 4.0]])
+        np.testing.assert_allclose(net(x).asnumpy(), [[-1, -1], [1, 1]])
+        net.hybridize()
+        with pytest.raises(TypeError, match="cannot be part of a hybridized graph"):
+            net(x)
+    finally:
+        hvd.shutdown()
+
+
 def _thread_names():
     import os
     names = []
