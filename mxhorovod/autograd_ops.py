@@ -62,19 +62,27 @@ class _Collective(mx.autograd.Function):
     """One recorded collective: ``run`` gives the forward output, ``transpose`` maps the
     upstream gradient to the input's gradient (both called with autograd paused)."""
 
-    def __init__(self, run, transpose):
+    def __init__(self, run, transpose, elementwise=False):
         super(_Collective, self).__init__()
         self._run, self._transpose = run, transpose
+        self._elementwise = elementwise  # allreduce, broadcast: any shape, the output's
 
     def __call__(self, x):
+        # MXNet hands backward its gradients as legacy NDArrays, in which shape () means
+        # "unknown": a 0-d mx.np input (a scalar loss under npx.set_np) failed in backward
+        # ("_copyto inferring shapes failed"). The Function sees it as shape (1,).
+        scalar = self._elementwise and x.ndim == 0
+        if scalar:
+            x = x.reshape((1,))
         try:
-            return super(_Collective, self).__call__(x)
+            y = super(_Collective, self).__call__(x)
         except BaseException:
             # Function.__call__ pauses recording around forward and does not restore it
             # when forward raises (a call refused at the call): the rest of the caller's
             # record() block must still record.
             mx.autograd.set_recording(True)
             raise
+        return y.reshape(()) if scalar else y
 
     def forward(self, x):
         return self._run(x)
@@ -105,7 +113,7 @@ def allreduce(tensor, average, name, priority, prescale_factor, postscale_factor
     def transpose(dy):
         return mpi_ops._allreduce(dy, None, None, name + ".grad", priority, prescale_factor,
                                   postscale_factor, code, process_set, "allreduce")
-    return _Collective(run, transpose)(tensor)
+    return _Collective(run, transpose, elementwise=True)(tensor)
 
 
 def allgather(tensor, name, priority, process_set):
@@ -142,7 +150,7 @@ def broadcast(tensor, root_rank, name, priority, process_set):
         total = mpi_ops._allreduce(dy, None, None, name + ".grad", priority, 1.0, 1.0, Sum,
                                    process_set, "broadcast")
         return total if mpi_ops.rank() == root_rank else _zeros_like(dy)
-    return _Collective(run, transpose)(tensor)
+    return _Collective(run, transpose, elementwise=True)(tensor)
 
 
 def alltoall(tensor, splits, name, priority, process_set):

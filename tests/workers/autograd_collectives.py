@@ -92,6 +92,21 @@ def reducescatter_and_alltoall():
     check("alltoall, rows not sent", x.grad, np.r_[2 * x.asnumpy()[:n], np.zeros((2, 1))])
 
 
+def scalar_loss():
+    """Under npx.set_np a loss is 0-d: its mean over the ranks (and a broadcast of it) is
+    differentiated (backward raised "_copyto inferring shapes failed")."""
+    if not NP:
+        return
+    x = arr(np.array([1.0, 2.0]) * (r + 1))
+    x.attach_grad()
+    with autograd.record():
+        loss = (x * x).sum()
+        out = hvd.allreduce(loss) * 2 + hvd.broadcast(loss, root_rank=0)
+        assert out.shape == (), out.shape
+    out.backward()
+    check("0-d allreduce and broadcast", x.grad, (2 + n * (r == 0)) * 2 * x.asnumpy())
+
+
 def not_recorded():
     """Max, integer inputs and a call refused at the call keep their old behaviour; the
     refusal leaves recording on."""
@@ -152,7 +167,7 @@ def synced_centring_trains_as_one_process():
 
 
 for scenario in (allreduce_ops, allgather_uneven, broadcast_root, reducescatter_and_alltoall,
-                 not_recorded, synced_centring_trains_as_one_process):
+                 scalar_loss, not_recorded, synced_centring_trains_as_one_process):
     scenario()
 mx.nd.waitall()
 print("RANK %d OK" % r, flush=True)
