@@ -74,6 +74,12 @@ class _Collective(mx.autograd.Function):
         scalar = self._elementwise and x.ndim == 0
         if scalar:
             x = x.reshape((1,))
+        elif x.grad is not None:
+            # A leaf (attach_grad, a Parameter's data): MXNet's Function drops the gradient
+            # of an input whose grad_req is 'add' (its backward_entry compares the request,
+            # an int, with the string 'add'), so gradient accumulation silently got nothing.
+            # Through a recorded identity, the leaf's gradient is an ordinary op's to add.
+            x = x * 1
         try:
             y = super(_Collective, self).__call__(x)
         except BaseException:

@@ -107,6 +107,21 @@ def scalar_loss():
     check("0-d allreduce and broadcast", x.grad, (2 + n * (r == 0)) * 2 * x.asnumpy())
 
 
+def accumulated_leaf():
+    """A leaf with grad_req='add' (gradient accumulation over 2 passes) given straight to a
+    collective, as a sharded weight is allgathered: its gradient was silently left at 0
+    (MXNet's Function never adds)."""
+    x, y = arr(np.ones((2, 2)) * (r + 1)), arr(np.ones(2))
+    for a in (x, y):
+        a.attach_grad(grad_req="add")
+    for _ in range(2):
+        with autograd.record():  # one use each (two uses are summed before the leaf)
+            loss = (hvd.allgather(x) * (r + 1)).sum() + hvd.allreduce(y, op=hvd.Sum).sum()
+        loss.backward()
+    check("accumulated leaf, allgather", x.grad, n * (n + 1) * np.ones((2, 2)))
+    check("accumulated leaf, allreduce", y.grad, 2 * n * np.ones(2))
+
+
 def not_recorded():
     """Max, integer inputs and a call refused at the call keep their old behaviour; the
     refusal leaves recording on."""
@@ -167,7 +182,7 @@ def synced_centring_trains_as_one_process():
 
 
 for scenario in (allreduce_ops, allgather_uneven, broadcast_root, reducescatter_and_alltoall,
-                 scalar_loss, not_recorded, synced_centring_trains_as_one_process):
+                 scalar_loss, accumulated_leaf, not_recorded, synced_centring_trains_as_one_process):
     scenario()
 mx.nd.waitall()
 print("RANK %d OK" % r, flush=True)
