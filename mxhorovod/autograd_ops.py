@@ -27,6 +27,7 @@ broadcast. ``Min``, ``Max`` and ``Product`` allreduces, integer tensors, in-plac
 outputs are constants to autograd). Every rank whose loss depends on the output must run
 backward, as it must run the forward: the backward collective waits for the other ranks.
 """
+import contextlib
 import operator
 
 import mxnet as mx
@@ -62,10 +63,12 @@ class _Collective(mx.autograd.Function):
     """One recorded collective: ``run`` gives the forward output, ``transpose`` maps the
     upstream gradient to the input's gradient (both called with autograd paused)."""
 
-    def __init__(self, run, transpose, elementwise=False):
+    def __init__(self, run, transpose, refuse, elementwise=False):
         super(_Collective, self).__init__()
-        self._run, self._transpose = run, transpose
+        self._run, self._transpose, self._refuse = run, transpose, refuse
         self._elementwise = elementwise  # allreduce, broadcast: any shape, the output's
+        self._empty = None  # a 0-size output (mx.np only): its shape, dtype, context
+        self._np = False  # an mx.np input (set by forward)
 
     def __call__(self, x):
         # MXNet hands backward its gradients as legacy NDArrays, in which shape () means
@@ -91,16 +94,41 @@ class _Collective(mx.autograd.Function):
         return y.reshape(()) if scalar else y
 
     def forward(self, x):
-        return self._run(x)
+        y = self._run(x)
+        self._np = isinstance(x, mx.np.ndarray)
+        if y.size == 0:
+            self._empty = (y.shape, y.dtype, y.context)
+        return y
 
     def backward(self, dy):
-        # dy lives in the backward pass's planned memory, which MXNet hands on once this
-        # callback returns, outside the engine's ordering: a collective still to read it
-        # read another node's data (seen: garbage in a broadcast's gradient). A copy (an
-        # engine operation, ordered after dy's writer), done before returning, is ours.
-        mine = dy.copy()
-        mine.wait_to_read()
-        return self._transpose(mine)
+        # MXNet may call this on an engine thread, where npx.set_np()'s shape semantics
+        # (a thread's setting) are off: an mx.np forward's backward needs them on.
+        with mx.util.np_shape(True) if self._np else contextlib.nullcontext():
+            return self._backward(dy)
+
+    def _backward(self, dy):
+        try:
+            if self._empty is not None:
+                # A rank that received no rows (alltoall): dy comes as a legacy NDArray,
+                # which cannot hold a 0-size shape; it holds nothing anyway.
+                shape, dtype, ctx = self._empty
+                mine = mx.np.zeros(shape, dtype=dtype, ctx=ctx)
+            else:
+                # dy lives in the backward pass's planned memory, which MXNet hands on once
+                # this callback returns, outside the engine's ordering: a collective still
+                # to read it read another node's data (seen: garbage in a broadcast's
+                # gradient). A copy (an engine operation, ordered after dy's writer), done
+                # before returning, is ours.
+                mine = dy.copy()
+            mine.wait_to_read()  # raises the error of a failed op that dy depends on
+        except Exception as e:
+            # This rank's transposed collective will not be called: the peers' call fails
+            # naming this rank and the reason, instead of waiting for it forever.
+            self._refuse(e)
+            raise
+        grad = self._transpose(mine)
+        # MXNet assigns it to a legacy NDArray, which takes no mx.np array.
+        return grad.as_nd_ndarray() if isinstance(grad, mx.np.ndarray) else grad
 
 
 def allreduce(tensor, average, name, priority, prescale_factor, postscale_factor, op,
@@ -119,7 +147,15 @@ def allreduce(tensor, average, name, priority, prescale_factor, postscale_factor
     def transpose(dy):
         return mpi_ops._allreduce(dy, None, None, name + ".grad", priority, prescale_factor,
                                   postscale_factor, code, process_set, "allreduce")
-    return _Collective(run, transpose, elementwise=True)(tensor)
+    return _Collective(run, transpose, _refusal("allreduce", name, process_set),
+                       elementwise=True)(tensor)
+
+
+def _refusal(kind, name, process_set, suffix=""):
+    """What a backward that fails before its transposed collective (a ``kind`` named
+    ``name + '.grad'``) submits instead: a refusal of the name the peers wait on first."""
+    pid = _ps_id(process_set, kind)
+    return lambda error: mpi_ops._refuse(kind, [name + ".grad" + suffix], pid, error)
 
 
 def allgather(tensor, name, priority, process_set):
@@ -141,7 +177,7 @@ def allgather(tensor, name, priority, process_set):
                                    process_set, "allgather")
         start, count = where["rows"]
         return total[start:start + count]
-    return _Collective(run, transpose)(tensor)
+    return _Collective(run, transpose, _refusal("allreduce", name, process_set))(tensor)
 
 
 def broadcast(tensor, root_rank, name, priority, process_set):
@@ -156,7 +192,8 @@ def broadcast(tensor, root_rank, name, priority, process_set):
         total = mpi_ops._allreduce(dy, None, None, name + ".grad", priority, 1.0, 1.0, Sum,
                                    process_set, "broadcast")
         return total if mpi_ops.rank() == root_rank else _zeros_like(dy)
-    return _Collective(run, transpose, elementwise=True)(tensor)
+    return _Collective(run, transpose, _refusal("allreduce", name, process_set),
+                       elementwise=True)(tensor)
 
 
 def alltoall(tensor, splits, name, priority, process_set):
@@ -178,7 +215,8 @@ def alltoall(tensor, splits, name, priority, process_set):
                                     priority, process_set)
         # Rows past sum(splits) were sent nowhere: their gradient is zero.
         return _pad_rows(back, received["rows"])
-    out = _Collective(run, transpose)(tensor)
+    out = _Collective(run, transpose,
+                      _refusal("alltoall", name, process_set, ".splits"))(tensor)
     return (out, received["splits"]) if splits is not None else out
 
 
@@ -225,4 +263,5 @@ def reducescatter(tensor, op, name, priority, process_set, prescale_factor,
         gathered = mpi_ops._grouped_allgather([dy], name + ".grad", priority, process_set,
                                               "allgather")[0][0]
         return gathered * scale if scale != 1.0 else gathered
-    return _Collective(run, transpose)(tensor)
+    return _Collective(run, transpose,
+                       _refusal("allgather", name, process_set, ".rows"))(tensor)

@@ -92,6 +92,22 @@ def reducescatter_and_alltoall():
     check("alltoall, rows not sent", x.grad, np.r_[2 * x.asnumpy()[:n], np.zeros((2, 1))])
 
 
+def alltoall_to_rank0():
+    """mx.np only (a legacy NDArray holds no 0-size shape): every rank sends all its rows to
+    rank 0, so the others receive none. Their backward failed (MXNet hands it a legacy
+    0-size array) and rank 0 waited forever for their transposed alltoall."""
+    if not NP:
+        return
+    x = arr(np.arange(4).reshape(2, 2) + 10 * r)
+    x.attach_grad()
+    with autograd.record():
+        y, _ = hvd.alltoall(x, splits=[2] + [0] * (n - 1))
+        assert y.shape == ((2 * n, 2) if r == 0 else (0, 2)), y.shape
+        loss = (y * y).sum() * (r + 1)
+    loss.backward()
+    check("alltoall to rank 0", x.grad, 2 * x.asnumpy())
+
+
 def scalar_loss():
     """Under npx.set_np a loss is 0-d: its mean over the ranks (and a broadcast of it) is
     differentiated (backward raised "_copyto inferring shapes failed")."""
@@ -182,7 +198,8 @@ def synced_centring_trains_as_one_process():
 
 
 for scenario in (allreduce_ops, allgather_uneven, broadcast_root, reducescatter_and_alltoall,
-                 scalar_loss, accumulated_leaf, not_recorded, synced_centring_trains_as_one_process):
+                 alltoall_to_rank0, scalar_loss, accumulated_leaf, not_recorded,
+                 synced_centring_trains_as_one_process):
     scenario()
 mx.nd.waitall()
 print("RANK %d OK" % r, flush=True)
