@@ -197,14 +197,14 @@ def install_trainer_agreement():
             return agreed_amp_overflow(trainer, agree[0] + ".overflow", agree[1])
         return contextlib.nullcontext()
 
-    def check_batch_size(trainer, batch_size):
+    def check_batch_size(trainer, batch_size, method="step"):
         # Ranks passing different batch sizes update differently (mxhorovod.batch_check).
         target = _agreement(trainer, "batch_size")
         if target is not None:
             check = vars(trainer).get("_mxhorovod_batch_check")
             if check is None:
                 check = trainer._mxhorovod_batch_check = BatchSizeCheck("Trainer")
-            check.submit(batch_size, target[0], target[1])
+            check.submit(batch_size, target[0], target[1], method)
 
     @functools.wraps(original_step)
     def step(self, batch_size, ignore_stale_grad=False):
@@ -218,7 +218,7 @@ def install_trainer_agreement():
     @functools.wraps(original_update)
     def update(self, batch_size, ignore_stale_grad=False):
         from mxhorovod.optimizer import DistributedOptimizer
-        check_batch_size(self, batch_size)
+        check_batch_size(self, batch_size, "update")
         agree = needed(self, ignore_stale_grad)
         if agree is not None and ignore_stale_grad:
             if isinstance(self._optimizer, DistributedOptimizer):

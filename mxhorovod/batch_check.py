@@ -20,7 +20,8 @@ from mxhorovod.mpi_ops import Max, allreduce
 
 
 class BatchSizeCheck(object):
-    """Per trainer: ``submit(batch_size, name, process_set)`` once per step (every rank of
+    """Per trainer: ``submit(batch_size, name, process_set, method)`` once per ``step`` or
+    ``update`` (``method``, for the warning) on every rank of
     the set, the same number of times). ``label``: the trainer's class, for the warning."""
 
     def __init__(self, label="DistributedTrainer"):
@@ -29,7 +30,7 @@ class BatchSizeCheck(object):
         self._steps = 0
         self._warned = False
 
-    def submit(self, batch_size, name, process_set):
+    def submit(self, batch_size, name, process_set, method="step"):
         self._steps += 1
         self._check_previous()
         if self._warned:
@@ -37,22 +38,22 @@ class BatchSizeCheck(object):
         size = float(batch_size)
         mine = mx.nd.array([size, -size], dtype="float64")
         result = allreduce(mine, op=Max, name=name, process_set=process_set)
-        self._pending = (result, size, self._steps)
+        self._pending = (result, size, self._steps, method)
 
     def _check_previous(self):
         if self._pending is None:
             return
-        result, size, step = self._pending
+        result, size, step, method = self._pending
         self._pending = None
         largest, negated_smallest = result.asnumpy().tolist()
         smallest = -negated_smallest
         if largest != smallest:
             self._warned = True
             warnings.warn(
-                "%s.step(batch_size): at step %d the ranks passed different "
+                "%s.%s(batch_size): at step %d the ranks passed different "
                 "batch sizes (this rank %g; from %g to %g over the ranks). Each rank divides "
                 "the averaged gradient by its own, so their weights now differ: give every "
                 "rank the same number of samples per step (examples/distributed_data.py's "
                 "ShardSampler with last_batch='discard')."
-                % (self._label, step, size, smallest, largest),
+                % (self._label, method, step, size, smallest, largest),
                 UserWarning, stacklevel=5)  # the caller of step() or update()

@@ -200,17 +200,18 @@ class DistributedTrainer(mx.gluon.Trainer):
                     "are fresh on some ranks and stale on others, and allreduce_grads() has "
                     "averaged the stale ones in; use step(batch_size, ignore_stale_grad=True)"
                     % ", ".join("'%s'" % m for m in mixed))
-        self._check_batch_size(batch_size)
+        self._check_batch_size(batch_size, "update")
         super(DistributedTrainer, self).update(batch_size, ignore_stale_grad)
 
-    def _check_batch_size(self, batch_size):
+    def _check_batch_size(self, batch_size, method="step"):
         # Ranks passing different batch sizes update differently: warned at the next step
         # (mxhorovod.batch_check; one 16-byte allreduce per step, never waited for).
         if _outside(self._process_set) or _ps_size(self._process_set, "DistributedTrainer") == 1:
             return
         if self._prefix is None:
             self._auto_prefix()
-        self._batch_check.submit(batch_size, self._prefix + "batch_size", self._process_set)
+        self._batch_check.submit(batch_size, self._prefix + "batch_size", self._process_set,
+                                 method)
 
     def _allreduce_grads(self):
         if _outside(self._process_set):

@@ -56,6 +56,7 @@ for split in (False, True):
     assert [len(g) for g in got] == [0, 0, 1, 0, 0], (r, got)
     text = got[2][0]
     assert "at step 2" in text and "this rank %d" % sizes[1] in text and "from 3 to 4" in text, text
+    assert ("DistributedTrainer.update(batch_size)" if split else "DistributedTrainer.step(") in text, text
 
 # A plain gluon.Trainer with a DistributedOptimizer, and one over kvstore 'horovod'.
 for kind in ("optimizer", "kvstore"):
