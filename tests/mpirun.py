@@ -42,17 +42,18 @@ def worker_env(env=None):
     return full_env
 
 
-def run_ranks(np, script, args=(), timeout=180, env=None, expect_ok=True, prefix=()):
+def run_ranks(np, script, args=(), timeout=180, env=None, expect_ok=True, prefix=(), outer=()):
     """Run ``python script args`` on ``np`` ranks; return the CompletedProcess.
 
     ``script`` is a path, or a file name under tests/workers/. With ``expect_ok`` the run
     must exit 0 and every rank must have printed ``RANK <r> OK``. A run longer than
     ``timeout`` seconds is killed and fails the test (a hang must never stall CI).
-    ``prefix``: words put before ``python`` on every rank (a wrapper command).
+    ``prefix``: words put before ``python`` on every rank (a wrapper command); ``outer``:
+    words put before ``mpirun`` (a wrapper of the whole job).
     """
     script = worker_path(script)
     full_env = worker_env(env)
-    cmd = [mpirun_path(), "-np", str(np)] + list(prefix) + [sys.executable, script] + [str(a) for a in args]
+    cmd = list(outer) + [mpirun_path(), "-np", str(np)] + list(prefix) + [sys.executable, script] + [str(a) for a in args]
     proc = subprocess.Popen(cmd, env=full_env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:

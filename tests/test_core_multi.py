@@ -1,6 +1,7 @@
 """Multi-rank tests of the core: every worker asserts its values on its own rank and prints
 RANK <r> OK; run_ranks fails the test on a missing rank, a non-zero exit or a timeout."""
 import os
+import subprocess
 import time
 
 import pytest
@@ -219,3 +220,28 @@ def test_collectives_inside_autograd_record_are_differentiated(np_, engine, mode
     # mean over all ranks inside the loss trains as one process on the concatenated batch.
     env = {"MXNET_ENGINE_TYPE": engine} if engine else None
     run_ranks(np_, "autograd_collectives.py", [mode] if mode else [], timeout=180, env=env)
+
+
+# The job in a mount namespace of its own, with a small tmpfs as /dev/shm (needs root).
+_SMALL_SHM = ["unshare", "-m", "sh", "-c",
+              'mount -t tmpfs -o size=32M tmpfs /dev/shm && exec "$@"', "sh"]
+
+
+def _small_shm_unavailable():
+    try:
+        proc = subprocess.run(_SMALL_SHM + ["true"], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return str(e)
+    return proc.stdout.strip() or "exit %d" % proc.returncode if proc.returncode else None
+
+
+def test_doorbell_on_a_full_dev_shm_goes_without():
+    # /dev/shm full at init(): no doorbell, the right results (it was SIGBUS on every rank).
+    why = _small_shm_unavailable()
+    if why:
+        pytest.skip("no mount namespace with a tmpfs /dev/shm here: " + why)
+    proc = run_ranks(2, "doorbell_full_shm.py", timeout=180, outer=_SMALL_SHM,
+                     env={"HOROVOD_LOG_LEVEL": "debug"})
+    lines = [l for l in proc.stdout.splitlines() if "doorbell: " in l]
+    assert len(lines) == 2 and all("not on every rank" in l for l in lines), proc.stdout[-3000:]

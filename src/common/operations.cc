@@ -569,7 +569,7 @@ void BackgroundLoop(StartArgs args) {
   LogDebug(std::string("doorbell: ") +
            (OpenDoorbell(comm, hc.local, cfg.doorbell)
                 ? "every rank of the job can wake every other"
-                : "not on every rank of the job (another host, MXHOROVOD_DOORBELL=0 or no "
+                : "not on every rank of the job (another host, MXHOROVOD_DOORBELL=0, no or a full "
                   "/dev/shm): waits sleep on timers where it is missing"));
   Config live = cfg;  // the autotuner changes it while running
   auto cycle = std::chrono::duration<double, std::milli>(cfg.cycle_time_ms);

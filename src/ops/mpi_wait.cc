@@ -80,7 +80,15 @@ bool OpenDoorbell(MPI_Comm comm, MPI_Comm local, bool enabled) {
   if (local_rank == 0 && enabled) {
     std::strcpy(path, "/dev/shm/mxhorovod-bell-XXXXXX");
     fd = mkstemp(path);
-    if (fd < 0 || ftruncate(fd, kBellBytes) != 0) path[0] = 0;
+    // posix_fallocate, not ftruncate: on a full /dev/shm ftruncate still makes a sparse
+    // file, and the first touch of its page killed every rank with SIGBUS. A file that
+    // cannot have its page is removed again (the ranks go without a doorbell).
+    if (fd >= 0 && posix_fallocate(fd, 0, kBellBytes) != 0) {
+      unlink(path);
+      close(fd);
+      fd = -1;
+    }
+    if (fd < 0) path[0] = 0;
   }
   MPI_Bcast(path, sizeof(path), MPI_CHAR, 0, local);
   if (local_rank != 0 && path[0]) fd = open(path, O_RDWR);
