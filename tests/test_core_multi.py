@@ -173,6 +173,13 @@ def test_refused_init_then_a_normal_exit():
     run_ranks(3, "init_refused_exit.py", timeout=120)
 
 
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_init_in_a_spawned_child_raises_naming_pmi_fd(when):
+    # A multiprocessing 'spawn' child of a rank calling hvd.init(): a clear ValueError, and
+    # a file at PMI_FD's number untouched (it was MPICH's abort of the child); the job runs.
+    run_ranks(2, "init_in_spawned_child.py", [when], timeout=240)
+
+
 def test_process_sets_from_mpi4py_communicators():
     # Horovod's Split pattern (MPI.COMM_NULL outside the set), at init and added later, and
     # a set's ranks counted in the job given to init(comm=...).

@@ -22,6 +22,7 @@
 #include "controller.h"
 #include "executor.h"
 #include "fusion.h"
+#include "launcher_check.h"
 #include "logging.h"
 #include "ops/mpi_hierarchical.h"
 #include "ops/mpi_wait.h"
@@ -184,7 +185,9 @@ Status StartMPI(int64_t comm_f2c, const std::vector<int>& ranks, bool hierarchic
   MPI_Initialized(&inited);
   int provided = 0;
   if (!inited) {
-    auto s = MPICheck(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
+    auto s = CheckLauncherConnection();
+    if (!s.ok()) return s;
+    s = MPICheck(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
     if (!s.ok()) return s;
     st.we_initialized_mpi = true;
   } else {

@@ -1,0 +1,16 @@
+// Checks, before MPI starts, that this process can reach the launcher that started the job.
+#pragma once
+
+#include "status.h"
+
+namespace mxhorovod {
+
+// MPICH's mpirun (Hydra) gives each process it starts a connection in PMI_FD. A process the
+// rank started itself (multiprocessing with 'spawn' or 'forkserver', a subprocess) inherits
+// the variable but not the descriptor: MPI_Init there wrote the launcher's protocol into
+// whatever file had that number, or aborted the process with "PMI_Init returned -1" (the
+// child's hvd.init() raised nothing, its parent waited for it). Returns an error naming the
+// variable when PMI_FD is set and is not an open socket here; OK otherwise.
+Status CheckLauncherConnection();
+
+}  // namespace mxhorovod
