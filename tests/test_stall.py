@@ -117,3 +117,16 @@ def test_init_wait_with_a_huge_check_time_does_not_flood_the_log():
     out = run_ranks(2, "init_late_peer.py", ["3"], timeout=120,
                     env={"HOROVOD_STALL_CHECK_TIME_SECONDS": "1e15"}).stdout
     assert "has waited" not in out, out
+
+
+def test_a_stopped_rank_is_reported_by_its_peers_then_recovers():
+    # SIGSTOP on rank 1 for 6 s: rank 0 waits in the negotiation; it said nothing before.
+    out = run_ranks(2, "stopped_rank.py", timeout=240,
+                    env={"HOROVOD_STALL_CHECK_TIME_SECONDS": "2"}).stdout
+    lines = log_lines(out)
+    waits = [m for rank, level, m in lines if rank == "0" and "this rank has waited" in m]
+    assert len(waits) >= 2, out  # repeated every check time
+    assert all("for the other ranks' background threads" in m and "SIGSTOP" in m for m in waits), waits
+    ends = [m for rank, level, m in lines if "completed after" in m]
+    assert len(ends) == 1 and "every rank answers again" in ends[0], out
+    assert all(rank == "0" and level == "warning" for rank, level, _ in lines), out

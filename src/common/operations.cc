@@ -568,6 +568,8 @@ void BackgroundLoop(StartArgs args) {
     policy.blocking_data = false;
   }
   if (cfg.blocking_data >= 0) policy.blocking_data = cfg.blocking_data != 0;
+  // Plus a cycle: a peer with nothing to do may sleep that long before negotiating.
+  policy.warn_after_s = cfg.stall.enabled ? cfg.stall.check_s + cfg.cycle_time_ms / 1000 : 0;
   SetWaitPolicy(policy);
   LogDebug(std::string("doorbell: ") +
            (OpenDoorbell(comm, hc.local, cfg.doorbell)

@@ -10,9 +10,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <climits>
 #include <cstring>
 #include <string>
+
+#include "common/logging.h"
 
 namespace mxhorovod {
 namespace {
@@ -49,6 +52,48 @@ uint32_t Ring(Bell* bell) {
   }
   return before;
 }
+
+// Warns when one wait has lasted longer than the policy's warn_after_s (and again every
+// such time), then once when it ends. Checked in the sleeping rounds only.
+class SlowWaitReport {
+ public:
+  using Clock = std::chrono::steady_clock;
+  SlowWaitReport(const char* what, double after_s) : what_(what), every_s_(after_s) {}
+  ~SlowWaitReport() {
+    if (warned_) {
+      LogWarning("this rank's " + std::string(what_) + " completed after " + Secs(Elapsed()) +
+                 " s: every rank answers again");
+    }
+  }
+  void Check() {
+    if (every_s_ <= 0) return;
+    if (!started_) {
+      start_ = Clock::now();
+      started_ = true;
+      next_s_ = every_s_;
+      return;
+    }
+    double waited = Elapsed();
+    if (waited < next_s_) return;
+    next_s_ = waited + every_s_;
+    warned_ = true;
+    LogWarning("this rank has waited " + Secs(waited) + " s in " + what_ + " for the other ranks' "
+               "background threads, without an answer: some rank's process is not running "
+               "(stopped by SIGSTOP or Ctrl-Z, held in a debugger, swapped out, or on a host "
+               "that stopped answering); the ranks that print no such line are the suspects; "
+               "still waiting");
+  }
+
+ private:
+  double Elapsed() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
+  static std::string Secs(double s) { return std::to_string((long long)(s + 0.5)); }
+  const char* what_;
+  double every_s_;
+  bool started_ = false;
+  bool warned_ = false;
+  double next_s_ = 0;
+  Clock::time_point start_;
+};
 
 }  // namespace
 
@@ -130,6 +175,7 @@ Status WaitRequest(MPI_Request* req, const char* what, WaitFor kind) {
   int ring_backs = kRingBacks;
   bool ring = true;
   long sleep_us = 10;
+  SlowWaitReport slow(what, g_policy.warn_after_s);
   for (int round = 0;; ++round) {
     const bool sleeper = bell && round >= spin_until;
     uint32_t seen = 0;
@@ -152,6 +198,7 @@ Status WaitRequest(MPI_Request* req, const char* what, WaitFor kind) {
       sched_yield();
       continue;
     }
+    slow.Check();
     if (!bell) {
       timespec ts{0, sleep_us * 1000};
       nanosleep(&ts, nullptr);

@@ -25,6 +25,11 @@ struct WaitPolicy {
   // poll at full speed and reach mpi4py's speed. Off when ranks outnumber cores: a polling
   // rank would then steal the core of the peer it waits for.
   bool blocking_data = true;
+  // HOROVOD_STALL_CHECK_TIME_SECONDS (0 when the check is off): a wait longer than this
+  // is logged, again every such time, and its end too. A rank whose whole process stopped
+  // (SIGSTOP, a debugger, a host that stopped answering) never reaches the stall
+  // inspector's tables: its peers wait here, in the negotiation, and said nothing.
+  double warn_after_s = 0;
 };
 
 // What a wait is for: kSmall is a message of at most a few KiB that MPI sends eagerly
