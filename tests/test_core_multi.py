@@ -164,7 +164,8 @@ def test_collectives_over_2_gib_per_mpi_call(case, np_):
 def test_settings_that_decide_the_mpi_calls_must_agree(np_):
     # Fusion threshold, cache capacity, slice and zero-copy sizes, autotune and dynamic
     # process sets differing on rank 0: init() fails on every rank naming the variable;
-    # blocking data calls on some ranks only are agreed (right values, no hang).
+    # blocking data calls on some ranks only are agreed (right values, no hang); a value one
+    # rank cannot read fails init() on every rank, naming that rank and the variable.
     run_ranks(np_, "settings_agree.py", timeout=240)
 
 

@@ -23,6 +23,7 @@
 #include "executor.h"
 #include "fusion.h"
 #include "launcher_check.h"
+#include "setting_errors.h"
 #include "logging.h"
 #include "ops/mpi_hierarchical.h"
 #include "ops/mpi_wait.h"
@@ -177,7 +178,8 @@ Status WaitForPeersAtInit(MPI_Comm parent, const Config& cfg) {
 }
 
 Status StartMPI(int64_t comm_f2c, const std::vector<int>& ranks, bool hierarchical,
-                const Config& cfg, MPI_Comm* comm, Topology* topo, HostComms* hc) {
+                const Config& cfg, const std::string& cfg_error, MPI_Comm* comm, Topology* topo,
+                HostComms* hc) {
   State& st = S();
   int inited = 0, finalized = 0;
   MPI_Finalized(&finalized);
@@ -253,6 +255,8 @@ Status StartMPI(int64_t comm_f2c, const std::vector<int>& ranks, bool hierarchic
   if (sub != MPI_COMM_NULL) MPI_Comm_free(&sub);
   if (!s.ok()) return s;
   MPI_Comm_set_errhandler(*comm, MPI_ERRORS_RETURN);
+  s = ShareSettingErrors(*comm, cfg_error);
+  if (!s.ok()) return s;
   s = BuildTopology(*comm, topo, hc);
   if (!s.ok()) return s;
   return AgreeOnHierarchical(*comm, hierarchical);
@@ -500,6 +504,7 @@ struct StartArgs {
   std::vector<int> ranks;
   std::vector<std::vector<int>> process_sets;
   Config cfg;
+  std::string cfg_error;  // this rank's bad setting ("" if none): init() fails on every rank
 };
 
 void BackgroundLoop(StartArgs args) {
@@ -511,8 +516,8 @@ void BackgroundLoop(StartArgs args) {
   MPI_Comm comm = MPI_COMM_NULL;
   Topology topo;
   HostComms hc;
-  Status s = StartMPI(args.comm_f2c, args.ranks, cfg.hierarchical_allreduce, cfg, &comm, &topo,
-                      &hc);
+  Status s = StartMPI(args.comm_f2c, args.ranks, cfg.hierarchical_allreduce, cfg,
+                      args.cfg_error, &comm, &topo, &hc);
   if (s.ok()) s = AgreeOnSettings(comm, topo, st.dynamic_process_sets, &cfg);
   std::shared_ptr<ProcessSet> global;
   if (s.ok()) {
@@ -713,11 +718,16 @@ Status Initialize(int64_t comm_f2c, const std::vector<int>& ranks,
     st.thread.join();
     lk.lock();
   }
+  // A bad setting is not refused here, before MPI starts: the peers would wait for this
+  // rank in init() forever. MPI starts with the defaults and the error fails init() on
+  // every rank (ShareSettingErrors).
   Config cfg;
+  std::string cfg_error;
   try {
     cfg = Config::FromEnv();
   } catch (const std::exception& e) {
-    return Status::InvalidArgument(e.what());
+    cfg = Config();
+    cfg_error = e.what();
   }
   ConfigureLogging(cfg.log, -1);
   st.started = false;
@@ -727,7 +737,7 @@ Status Initialize(int64_t comm_f2c, const std::vector<int>& ranks,
   static std::once_flag atfork;  // one handler for the life of the process
   std::call_once(atfork, [] { pthread_atfork(nullptr, nullptr, [] { S().forked_child = true; }); });
   st.exit_wait_s = std::min(kExitWaitS, cfg.stall.enabled ? cfg.stall.check_s : kExitWaitS);
-  st.thread = std::thread(BackgroundLoop, StartArgs{comm_f2c, ranks, process_sets, cfg});
+  st.thread = std::thread(BackgroundLoop, StartArgs{comm_f2c, ranks, process_sets, cfg, cfg_error});
   WaitForStart(lk, cfg);
   if (!st.start_status.ok()) {
     lk.unlock();

@@ -2,7 +2,8 @@
 must fail on every rank naming the variable and the ranks' values (before: wrong sums,
 "Message truncated" aborts, SIGSEGV or a hang), and init() works again once they agree.
 MXHOROVOD_BLOCKING_DATA is agreed instead (nonblocking when any rank asks): the job runs
-and every value is right (before: a hang)."""
+and every value is right (before: a hang). A value that some ranks cannot read fails init()
+on every rank too."""
 import os
 
 import mxnet as mx
@@ -62,6 +63,26 @@ except ValueError as e:
 else:
     raise AssertionError("init() accepted HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE=many")
 del os.environ["HOROVOD_AUTOTUNE"], os.environ["HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE"]
+
+# A value that only some ranks cannot read: init() fails on every rank, the others naming
+# the rank and its variable (before: that rank refused before MPI started, and the others
+# waited for it in init() forever).
+for var, bad, bad_rank in [("HOROVOD_CYCLE_TIME", "abc", n - 1), ("HOROVOD_LOG_LEVEL", "loud", 0)]:
+    if rank == bad_rank:
+        os.environ[var] = bad
+    try:
+        hvd.init()
+    except ValueError as e:
+        mine = "%s='%s' is not" % (var, bad)
+        if rank == bad_rank:
+            assert str(e).startswith(mine), (rank, str(e))
+        else:
+            want = "other ranks could not read their settings (rank %d: %s" % (bad_rank, mine)
+            assert want in str(e), (rank, str(e))
+    else:
+        raise AssertionError("rank %d: init() accepted %s=%r on rank %d" % (rank, var, bad, bad_rank))
+    assert not hvd.is_initialized()
+    os.environ.pop(var, None)
 
 # Blocking data calls on some ranks only (as a host with more ranks than cores next to one
 # with fewer gets by default): agreed, no hang, right values.
