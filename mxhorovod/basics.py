@@ -9,6 +9,7 @@ import numbers
 import os
 import socket
 import sys
+import threading
 
 from mxhorovod import _core, failures, log, naming
 
@@ -20,6 +21,10 @@ __all__ = [
 ]
 
 _atexit_registered = False
+# One init() or shutdown() at a time: a second thread's init() while the first was starting
+# joined the starting background thread (it waits forever) and reset the automatic names
+# after the first had returned; two shutdown() calls joined the thread together (a hang).
+_init_lock = threading.RLock()
 
 
 def init(comm=None, process_sets=None):
@@ -50,6 +55,11 @@ def init(comm=None, process_sets=None):
         ValueError: a bad ``comm``, this rank not in the list, a bad HOROVOD_* variable, or
             process sets that are invalid or differ between ranks.
     """
+    with _init_lock:
+        _init(comm, process_sets)
+
+
+def _init(comm, process_sets):
     from mxhorovod import process_sets as _ps
     global _atexit_registered, _init_comm
     static, dynamic = _ps._static(process_sets)
@@ -172,10 +182,11 @@ def shutdown():
 
     Process sets registered in this session lose their ids (``process_set_id`` None): the
     next session numbers its sets from 1 again, so an old id could name another set."""
-    _let_called_collectives_run("shutdown()")
-    _core.shutdown()
-    from mxhorovod import process_sets as _ps
-    _ps._end_session()  # their ids may name other sets in the next session
+    with _init_lock:
+        _let_called_collectives_run("shutdown()")
+        _core.shutdown()
+        from mxhorovod import process_sets as _ps
+        _ps._end_session()  # their ids may name other sets in the next session
 
 
 def start_timeline(file_path, mark_cycles=False):

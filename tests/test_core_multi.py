@@ -174,6 +174,12 @@ def test_refused_init_then_a_normal_exit():
     run_ranks(3, "init_refused_exit.py", timeout=120)
 
 
+def test_init_and_shutdown_from_several_threads_at_once():
+    # Four threads call init() together, then three shutdown(): all return (they waited
+    # forever), the job works.
+    run_ranks(2, "init_threads.py", timeout=120)
+
+
 @pytest.mark.parametrize("when", ["before", "after"])
 def test_init_in_a_spawned_child_raises_naming_pmi_fd(when):
     # A multiprocessing 'spawn' child of a rank calling hvd.init(): a clear ValueError, and
