@@ -141,11 +141,11 @@ def agreed_amp_overflow(trainer, name, process_set=global_process_set):
 
 def _agreement(trainer, what="fresh"):
     """(collective name for ``what``, process set, its size) for a plain ``gluon.Trainer``
-    whose ranks must agree (on fresh gradients, on batch sizes), or None: a Trainer over kvstore 'horovod' (the string or
-    an instance; the kvstore is made now if its first step has not made it yet, as
-    step/update do first anyway) or with a ``DistributedOptimizer`` on a rank of its set,
-    with more than one rank. ``DistributedTrainer`` (no kvstore, its own agreement) and
-    every other Trainer: None."""
+    whose ranks must agree (on fresh gradients, on batch sizes), or None: a Trainer over
+    kvstore 'horovod' (the string or an instance; the kvstore is made now if its first step
+    has not made it yet, as step/update do first anyway) or with a ``DistributedOptimizer``
+    on a rank of its set, with more than one rank. ``DistributedTrainer`` (no kvstore, its
+    own agreement) and every other Trainer: None."""
     from mxhorovod.kvstore import Horovod
     from mxhorovod.optimizer import DistributedOptimizer
     from mxhorovod.process_sets import _outside

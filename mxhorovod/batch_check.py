@@ -20,13 +20,13 @@ from mxhorovod.mpi_ops import Max, allreduce
 
 
 class BatchSizeCheck(object):
-    """Per trainer: ``submit(batch_size, name, process_set, method)`` once per ``step`` or
-    ``update`` (``method``, for the warning) on every rank of
-    the set, the same number of times). ``label``: the trainer's class, for the warning."""
+    """One per trainer: ``submit(batch_size, name, process_set, method)`` at every ``step``
+    or ``update`` (``method``, for the warning), on every rank of the set alike.
+    ``label``: the trainer's class, for the warning."""
 
     def __init__(self, label="DistributedTrainer"):
         self._label = label
-        self._pending = None  # (result NDArray, this rank's size, step number)
+        self._pending = None  # (result NDArray, this rank's size, step number, method)
         self._steps = 0
         self._warned = False
 
