@@ -16,6 +16,7 @@ import warnings
 
 import mxnet as mx
 
+from mxhorovod.basics import rank
 from mxhorovod.mpi_ops import Max, allreduce
 
 
@@ -50,10 +51,10 @@ class BatchSizeCheck(object):
         if largest != smallest:
             self._warned = True
             warnings.warn(
-                "%s.%s(batch_size): at step %d the ranks passed different "
-                "batch sizes (this rank %g; from %g to %g over the ranks). Each rank divides "
+                "%s.%s(batch_size): at step %d the ranks passed different batch sizes "
+                "(this rank, %d, %g; from %g to %g over the ranks). Each rank divides "
                 "the averaged gradient by its own, so their weights now differ: give every "
                 "rank the same number of samples per step (examples/distributed_data.py's "
                 "ShardSampler with last_batch='discard')."
-                % (self._label, method, step, size, smallest, largest),
+                % (self._label, method, step, rank(), size, smallest, largest),
                 UserWarning, stacklevel=5)  # the caller of step() or update()

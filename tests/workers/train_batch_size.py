@@ -55,7 +55,7 @@ for split in (False, True):
     got = run(trainer, net, sizes, split)
     assert [len(g) for g in got] == [0, 0, 1, 0, 0], (r, got)
     text = got[2][0]
-    assert "at step 2" in text and "this rank %d" % sizes[1] in text and "from 3 to 4" in text, text
+    assert "at step 2" in text and "this rank, %d, %d;" % (r, sizes[1]) in text and "from 3 to 4" in text, text
     assert ("DistributedTrainer.update(batch_size)" if split else "DistributedTrainer.step(") in text, text
 
 # A plain gluon.Trainer with a DistributedOptimizer, and one over kvstore 'horovod'.
