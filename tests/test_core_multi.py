@@ -95,6 +95,14 @@ def test_collective_skipped_after_a_failed_input_fails_everywhere(np_):
 
 
 @pytest.mark.parametrize("np_,engine", [(2, None), (3, None), (2, "NaiveEngine")])
+def test_arrays_dropped_after_the_call(np_, engine):
+    # Push borrows the caller's handles when MXNet runs the operation during the push and
+    # copies them when it waits: results right on every rank either way.
+    env = {"MXNET_ENGINE_TYPE": engine} if engine else None
+    run_ranks(np_, "dropped_arrays.py", timeout=180, env=env)
+
+
+@pytest.mark.parametrize("np_,engine", [(2, None), (3, None), (2, "NaiveEngine")])
 def test_call_refused_on_one_rank_fails_the_peers_call(np_, engine):
     env = {"MXNET_ENGINE_TYPE": engine} if engine else None
     run_ranks(np_, "refused_on_one_rank.py", timeout=180, env=env)

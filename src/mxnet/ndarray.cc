@@ -136,6 +136,11 @@ Status KeepAlive(void* handle, void** copy) {
   return Status::OK();
 }
 
+bool AutogradIsRecording() {
+  bool on = false;
+  return MXAutogradIsRecording(&on) == 0 && on;
+}
+
 void FreeHandle(void* handle) {
   if (handle) MXNDArrayFree(handle);
 }

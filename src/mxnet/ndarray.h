@@ -65,6 +65,9 @@ const void* ChunkIdentity(void* handle);
 Status KeepAlive(void* handle, void** copy);
 void FreeHandle(void* handle);
 std::string LastMXNetError();
+// mx.autograd.is_recording() without its ctypes call (~1.3 us each, on every plain
+// collective call).
+bool AutogradIsRecording();
 
 }  // namespace mx
 }  // namespace mxhorovod
