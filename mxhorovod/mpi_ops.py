@@ -147,7 +147,7 @@ def _handle(arr):
     return arr.handle.value
 
 
-_recording = mx.autograd.is_recording
+_recording = _core.is_recording  # mx.autograd.is_recording(), a C call instead of ctypes
 
 
 def _differentiable(tensor):

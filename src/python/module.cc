@@ -141,6 +141,7 @@ PYBIND11_MODULE(_core, m) {
   m.def("finalize_mpi", [] { py::gil_scoped_release nogil; FinalizeMPI(); });
   m.def("wait_local_work", [] { py::gil_scoped_release nogil; return WaitLocalWork(); });
   m.def("is_initialized", &IsInitialized);
+  m.def("is_recording", &mx::AutogradIsRecording, "mx.autograd.is_recording(), without ctypes");
   m.def("engine_noop", [](uintptr_t h) { Raise(mx::PushNoop(H(h))); },
         "benchmarks: one engine operation on the array that completes at once");
   m.def("stop_reason", &StopReason);
