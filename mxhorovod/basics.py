@@ -161,11 +161,18 @@ def _at_exit():
 
 def _let_called_collectives_run(what):
     """Waits while this rank's called collectives keep completing (core WaitLocalWork: gives
-    up after 10 s, or the stall check time, without one completing), warning if it gives up."""
-    if _core.is_initialized() and not _core.wait_local_work():
+    up after 10 s, or the stall check time, without one completing), warning if it gives up;
+    when they all ran, reads the trainers' last batch-size checks (mxhorovod.batch_check)."""
+    if not _core.is_initialized():
+        return
+    if not _core.wait_local_work():
         logging.getLogger("mxhorovod").warning(
             "%s: collectives called on this rank stopped completing (none for 10 s, or the "
             "stall check time); stopping anyway (their peers get an error)", what)
+        return
+    batch_check = sys.modules.get("mxhorovod.batch_check")  # loaded with a trainer
+    if batch_check is not None:
+        batch_check.check_last_steps()
 
 
 def shutdown():

@@ -6,18 +6,25 @@ Each rank divides the averaged gradient by the ``batch_size`` it passes (``gluon
 sets ``rescale_grad = 1 / batch_size``), so ranks passing different sizes (last batches of
 different lengths: a ``DataLoader`` with ``last_batch='keep'`` over shards of different
 lengths) apply different updates and their weights drift apart from then on. Horovod says
-nothing; here every step submits one allreduce (Max) of ``(batch_size, -batch_size)``
-(float64, 16 bytes; a separate collective named ``<trainer prefix>batch_size``) and reads
-it at the trainer's next step, when it has long completed, so the step itself never waits
-for the peers. A mismatch warns once per trainer, on every rank, naming the step, this
-rank's size and the range over the ranks. The last step of a run is not checked.
+nothing; here every step submits one allreduce (Max) of ``(b, -b, nan, not nan)``
+(float64, 32 bytes; ``b`` is -inf for a NaN size, so that the largest and smallest finite
+sizes and whether any rank passed NaN, and any did not, come back; a separate collective
+named ``<trainer prefix>batch_size``) and reads it at the trainer's next step, when it has
+long completed, so the step itself never waits for the peers. The last step's is read at
+``hvd.shutdown()`` or at exit, once this rank's collectives have run. A mismatch warns once
+per trainer, on every rank, naming the step, this rank's size and the range over the ranks
+(NaN on every rank is no mismatch: the weights are NaN alike).
 """
+import math
 import warnings
+import weakref
 
 import mxnet as mx
 
 from mxhorovod.basics import rank
 from mxhorovod.mpi_ops import Max, allreduce
+
+_live = weakref.WeakSet()  # the checks of this process, for check_last_steps
 
 
 class BatchSizeCheck(object):
@@ -30,6 +37,7 @@ class BatchSizeCheck(object):
         self._pending = None  # (result NDArray, this rank's size, step number, method)
         self._steps = 0
         self._warned = False
+        _live.add(self)
 
     def submit(self, batch_size, name, process_set, method="step"):
         self._steps += 1
@@ -37,24 +45,39 @@ class BatchSizeCheck(object):
         if self._warned:
             return  # warned once: no more collectives for it
         size = float(batch_size)
-        mine = mx.nd.array([size, -size], dtype="float64")
+        nan = math.isnan(size)
+        b = -math.inf if nan else size
+        mine = mx.nd.array([b, -math.inf if nan else -size, float(nan), float(not nan)],
+                           dtype="float64")
         result = allreduce(mine, op=Max, name=name, process_set=process_set)
         self._pending = (result, size, self._steps, method)
 
-    def _check_previous(self):
+    def _check_previous(self, stacklevel=5):  # 5: the caller of step() or update()
         if self._pending is None:
             return
         result, size, step, method = self._pending
         self._pending = None
-        largest, negated_smallest = result.asnumpy().tolist()
+        largest, negated_smallest, any_nan, any_finite = result.asnumpy().tolist()
         smallest = -negated_smallest
-        if largest != smallest:
+        if any_finite and (any_nan or largest != smallest):
             self._warned = True
+            over = "from %g to %g" % (smallest, largest) + (", and nan," if any_nan else "")
             warnings.warn(
                 "%s.%s(batch_size): at step %d the ranks passed different batch sizes "
-                "(this rank, %d, %g; from %g to %g over the ranks). Each rank divides "
+                "(this rank, %d, %g; %s over the ranks). Each rank divides "
                 "the averaged gradient by its own, so their weights now differ: give every "
                 "rank the same number of samples per step (examples/distributed_data.py's "
                 "ShardSampler with last_batch='discard')."
-                % (self._label, method, step, rank(), size, smallest, largest),
-                UserWarning, stacklevel=5)  # the caller of step() or update()
+                % (self._label, method, step, rank(), size, over),
+                UserWarning, stacklevel=stacklevel)
+
+
+def check_last_steps():
+    """Reads the last step's check of every trainer of this process (``hvd.shutdown()`` and
+    the exit call it after this rank's collectives have run). Never raises: a job that is
+    stopping with an error says so elsewhere."""
+    for check in list(_live):
+        try:
+            check._check_previous(stacklevel=2)
+        except Exception:  # noqa: BLE001 - the collective failed with the job
+            pass

@@ -169,7 +169,7 @@ class DistributedTrainer(mx.gluon.Trainer):
 
         Every rank must pass the same ``batch_size`` (each divides the averaged gradient by
         its own): ranks that passed different sizes are warned at the next step, once
-        (``UserWarning``; :mod:`mxhorovod.batch_check`, one 16-byte allreduce per step).
+        (``UserWarning``; :mod:`mxhorovod.batch_check`, one 32-byte allreduce per step).
         """
         self._check_batch_size(batch_size)
         self._agree_on_fresh = bool(ignore_stale_grad)
@@ -205,7 +205,7 @@ class DistributedTrainer(mx.gluon.Trainer):
 
     def _check_batch_size(self, batch_size, method="step"):
         # Ranks passing different batch sizes update differently: warned at the next step
-        # (mxhorovod.batch_check; one 16-byte allreduce per step, never waited for).
+        # (mxhorovod.batch_check; one 32-byte allreduce per step, never waited for).
         if _outside(self._process_set) or _ps_size(self._process_set, "DistributedTrainer") == 1:
             return
         if self._prefix is None:

@@ -1,7 +1,8 @@
 """Ranks passing different batch sizes to DistributedTrainer.step / update are warned once,
 at the trainer's next step, on every rank (mxhorovod.batch_check); equal sizes never warn.
 Also: a trainer in a process set that leaves out the last rank, with bucket views, and
-the allreduce_grads() + update() path. Prints RANK <r> OK."""
+the allreduce_grads() + update() path; NaN sizes (on one rank: warned; on every rank: not);
+a mismatch in the last step, warned at hvd.shutdown(). Prints RANK <r> OK."""
 import warnings
 
 import mxnet as mx
@@ -23,8 +24,9 @@ def run(trainer, net, sizes, split=False):
     warnings raised in each step."""
     got = []
     for s, b in enumerate(sizes):
+        rows = 4 if b != b else b  # a NaN size: 4 samples, NaN passed to step()
         with autograd.record():
-            loss = loss_fn(net(mx.nd.array(x[s, :b])), mx.nd.array(y[s, :b]))
+            loss = loss_fn(net(mx.nd.array(x[s, :rows])), mx.nd.array(y[s, :rows]))
         loss.backward()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -76,6 +78,22 @@ for kind in ("optimizer", "kvstore"):
 trainer, net = trainer_for("set_", process_set=pair)
 got = run(trainer, net, [4, 4 - (r == 1), 4, 4])
 assert [len(g) for g in got] == ([0, 0, 1, 0] if r in (0, 1) else [0, 0, 0, 0]), (r, got)
-# Every rank is done before any leaves (a rank's exit stops mxhorovod on every rank).
+
+# NaN on rank 0 only: a mismatch, warned naming nan; NaN on every rank: none.
+trainer, net = trainer_for("nan1_")
+got = run(trainer, net, [4, float("nan") if r == 0 else 4, 4])
+assert [len(g) for g in got] == [0, 0, 1], (r, got)
+assert "at step 2" in got[2][0] and "from 4 to 4, and nan," in got[2][0], got[2][0]
+trainer, net = trainer_for("nanall_")
+assert run(trainer, net, [float("nan"), 4, 4]) == [[]] * 3, r
+
+# The last step differs: read and warned at shutdown(), once this rank's collectives ran.
+trainer, net = trainer_for("last_")
+assert run(trainer, net, [4, 4 - (r == 1)]) == [[], []], r
 hvd.allreduce(mx.nd.ones((1,)), name="done").wait_to_read()
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    hvd.shutdown()
+last = [str(w.message) for w in caught if "batch sizes" in str(w.message)]
+assert len(last) == 1 and "at step 2" in last[0] and "from 3 to 4" in last[0], (r, last)
 print("RANK %d OK" % r, flush=True)
