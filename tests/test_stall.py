@@ -97,6 +97,19 @@ def test_ranks_waiting_in_init_for_a_late_peer_say_so_and_then_work():
     assert "init(): rank 0 of 2 has waited 30 s" in waits[0], waits
 
 
+def test_ranks_waiting_in_init_without_mpi4py_say_so_and_then_work():
+    # The same in a script that does not import mpi4py (mpi4py starts MPI at import): MPI
+    # starts in hvd.init(), and MPI_Init_thread itself waits for every rank to start MPI,
+    # so rank 0 waited there, before the barrier that warned, without a word.
+    out = run_ranks(2, "init_late_peer.py", ["33", "no-mpi4py"], timeout=240,
+                    env={"HOROVOD_STALL_CHECK_TIME_SECONDS": "1"}).stdout
+    waits = [(rank, line) for rank, level, line in log_lines(out)
+             if level == "warning" and "for the other ranks to call hvd.init()" in line]
+    assert len(waits) == 1, out
+    assert waits[0][0] == "0", waits
+    assert "init(): rank 0 of 2 has waited 30 s" in waits[0][1], waits
+
+
 def test_listed_ranks_waiting_in_init_for_a_late_peer_say_so_and_then_work():
     # The same with hvd.init(comm=[0, 1]) (MPI_Comm_create_group, collective over the
     # listed ranks only): rank 0 waited there forever without a word. Rank 2, not listed,

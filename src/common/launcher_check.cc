@@ -35,4 +35,27 @@ Status CheckLauncherConnection() {
       "under `if __name__ == \"__main__\":`)");
 }
 
+namespace {
+int EnvInt(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return -1;
+  char* end = nullptr;
+  errno = 0;
+  long n = std::strtol(v, &end, 10);
+  if (errno || *end || n < 0 || n > (1L << 30)) return -1;
+  return (int)n;
+}
+}  // namespace
+
+void LauncherRankAndSize(int* rank, int* size) {
+  *rank = EnvInt("PMI_RANK");
+  *size = EnvInt("PMI_SIZE");
+  if (*rank < 0) {
+    *rank = EnvInt("OMPI_COMM_WORLD_RANK");
+    *size = EnvInt("OMPI_COMM_WORLD_SIZE");
+  }
+  if (*rank < 0) *rank = EnvInt("PMIX_RANK");
+  if (*rank < 0 || (*size >= 0 && *rank >= *size)) *size = -1;
+}
+
 }  // namespace mxhorovod

@@ -13,4 +13,10 @@ namespace mxhorovod {
 // variable when PMI_FD is set and is not an open socket here; OK otherwise.
 Status CheckLauncherConnection();
 
+// This process's rank and the job's size as the launcher gave them in the environment,
+// before MPI starts (MPICH/Hydra and Intel MPI: PMI_RANK, PMI_SIZE; Open MPI:
+// OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE; PMIx: PMIX_RANK), -1 for what is not given
+// or not a number. Only for messages: MPI's own rank replaces it once MPI has started.
+void LauncherRankAndSize(int* rank, int* size);
+
 }  // namespace mxhorovod

@@ -61,11 +61,13 @@ struct State {
   std::mutex wake_mu;
   std::condition_variable wake_cv;
   std::atomic<bool> wake{false};
-  // Set by the background thread while it is blocked in MPI_Comm_create_group at start-up
-  // (init with a list of ranks): what it waits for, and its rank in the parent
-  // communicator, for Initialize's warnings (WaitForStart).
+  // Set by the background thread while it is blocked at start-up in MPI_Init_thread (which
+  // waits for every rank of the job to start MPI) or in MPI_Comm_create_group (init with a
+  // list of ranks): what it waits for, and its rank (and the number of ranks, -1 when not
+  // given) as far as it knows them, for Initialize's warnings (WaitForStart).
   std::string init_waiting_for;
   int init_waiting_rank = -1;
+  int init_waiting_size = -1;
 };
 
 
@@ -189,7 +191,26 @@ Status StartMPI(int64_t comm_f2c, const std::vector<int>& ranks, bool hierarchic
   if (!inited) {
     auto s = CheckLauncherConnection();
     if (!s.ok()) return s;
+    // MPI_Init_thread itself waits for every rank of the job to start MPI (MPICH's PMI
+    // exchange), so a script calling hvd.init() on some ranks only (and not importing
+    // mpi4py, which starts MPI at import) waited here, before the Ibarrier of
+    // WaitForPeersAtInit, without a word. The thread in Initialize warns meanwhile
+    // (WaitForStart), with the rank and size the launcher gave (PMI_RANK, PMI_SIZE, ...).
+    int env_rank = -1, env_size = -1;
+    LauncherRankAndSize(&env_rank, &env_size);
+    if (env_rank >= 0) ConfigureLogging(cfg.log, env_rank);
+    {
+      std::lock_guard<std::mutex> lk(st.mu);
+      st.init_waiting_rank = env_rank;
+      st.init_waiting_size = env_size;
+      st.init_waiting_for = "the other ranks to call hvd.init() (every rank of the job must; "
+                            "still waiting)";
+    }
     s = MPICheck(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
+    {
+      std::lock_guard<std::mutex> lk(st.mu);
+      st.init_waiting_for.clear();
+    }
     if (!s.ok()) return s;
     st.we_initialized_mpi = true;
   } else {
@@ -233,6 +254,7 @@ Status StartMPI(int64_t comm_f2c, const std::vector<int>& ranks, bool hierarchic
     {
       std::lock_guard<std::mutex> lk(st.mu);
       st.init_waiting_rank = prank;
+      st.init_waiting_size = -1;  // the list's members are named instead
       st.init_waiting_for = "the other listed ranks to call hvd.init(comm=[" + list +
                             "]) (every rank listed must, with the same list; still waiting)";
     }
@@ -694,7 +716,9 @@ void WaitForStart(std::unique_lock<std::mutex>& lk, const Config& cfg) {
     next += every;
     if (!cfg.stall.enabled || st.init_waiting_for.empty()) continue;
     const auto waited = std::chrono::steady_clock::now() - start;
-    LogWarning("init(): rank " + std::to_string(st.init_waiting_rank) + " has waited " +
+    std::string who = st.init_waiting_rank >= 0 ? "rank " + std::to_string(st.init_waiting_rank) : "this rank";
+    if (st.init_waiting_rank >= 0 && st.init_waiting_size > 0) who += " of " + std::to_string(st.init_waiting_size);
+    LogWarning("init(): " + who + " has waited " +
                std::to_string((long)std::chrono::duration<double>(waited).count()) + " s for " +
                st.init_waiting_for);
   }
