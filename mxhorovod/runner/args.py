@@ -151,9 +151,9 @@ def build_parser():
     auto = p.add_argument_group("autotune arguments")
     tuning = auto.add_mutually_exclusive_group()
     tuning.add_argument("--autotune", dest="autotune", action="store_const", const=True,
-                        help="Tune the fusion threshold and cycle time while the job runs "
-                             "(HOROVOD_AUTOTUNE=1); parameters given explicitly are the "
-                             "starting point.")
+                        help="Tune the fusion threshold, cycle time, slice size and "
+                             "zero-copy size while the job runs (HOROVOD_AUTOTUNE=1); "
+                             "parameters given explicitly are the starting point.")
     tuning.add_argument("--no-autotune", dest="autotune", action="store_const", const=False,
                         help=argparse.SUPPRESS)
     auto.add_argument("--autotune-log-file",
