@@ -15,7 +15,8 @@ from mxhorovod.process_sets import _check_member
 from mxhorovod.process_sets import _id as _ps_id
 from mxhorovod.process_sets import _outside
 from mxhorovod.process_sets import _size as _ps_size
-from mxhorovod.process_sets import global_process_set
+from mxhorovod.process_sets import ProcessSet, global_process_set
+from mxhorovod.process_sets import _unpickle as _unpickle_process_set
 from mxhorovod.mpi_ops import gradient_reduction
 from mxhorovod.naming import next_number
 
@@ -77,7 +78,10 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
             grouped allreduces instead of one allreduce each.
         process_set: the ranks whose gradients are averaged (default: all); every rank of
             the set must train with it. On a rank outside the set the wrapper reduces
-            nothing: that rank updates with its own gradients (as Horovod).
+            nothing: that rank updates with its own gradients (as Horovod). Pickled with the
+            wrapper (``gluon.Trainer.save_states``) as its ranks: loaded
+            (``load_states``), the wrapper reduces over the set registered at that time
+            with the same ranks (an id is only valid in the session that gave it).
 
     Every attribute other than the wrapper's own is read from and written to the wrapped
     optimizer: ``learning_rate``, ``lr_scheduler``, ``create_state``, ... and the
@@ -153,8 +157,15 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
         object.__setattr__(self, "_devices", {})
         for k, v in state.items():
             object.__setattr__(self, k, v)
-        if isinstance(self._process_set, type(global_process_set)):
-            object.__setattr__(self, "_process_set", global_process_set)
+        # The set registered now with the pickled set's ranks (ProcessSet pickles as its
+        # ranks; a pickle made before that carried the first session's id, which may name
+        # another set now); the global set is the global set.
+        ps = self._process_set
+        if isinstance(ps, type(global_process_set)):
+            ps = global_process_set
+        elif isinstance(ps, ProcessSet) and ps.process_set_id is not None:
+            ps = _unpickle_process_set(ps.ranks)
+        object.__setattr__(self, "_process_set", ps)
 
     def __repr__(self):
         return "DistributedOptimizer(%r)" % (self._optimizer,)

@@ -102,6 +102,30 @@ class ProcessSet:
 
     __repr__ = __str__
 
+    def __reduce__(self):
+        # Pickled as its ranks only: an id is valid in one session of one job, so a copied
+        # id named whichever set has it where the pickle is loaded (a DistributedOptimizer
+        # in gluon.Trainer.save_states, loaded after a new init(): the ranks reduced over
+        # another set or none, silently). Loaded, it is the set registered now with those
+        # ranks (see _unpickle).
+        return (_unpickle, (None if self.ranks is None else list(self.ranks),))
+
+
+def _unpickle(ranks):
+    """A ProcessSet loaded from a pickle: the set with ``ranks`` registered in this
+    session, if any (the very object, so it loses its id at shutdown() with the others);
+    else a new, unregistered ProcessSet of those ranks (a collective on it raises "not
+    registered" until it is passed to init() or add_process_set())."""
+    if ranks is not None:
+        for ps in list(_holding_ids.values()):
+            if ps.process_set_id is not None and ps.ranks is not None and \
+                    list(ps.ranks) == ranks:
+                return ps
+        return ProcessSet(ranks)
+    ps = ProcessSet.__new__(ProcessSet)  # a communicator's set of unknown ranks
+    ps.process_set_id, ps.mpi_comm, ps.ranks = None, None, None
+    return ps
+
 
 class _GlobalProcessSet(ProcessSet):
     """Every rank of the job; id 0; exists while mxhorovod runs."""
@@ -123,6 +147,9 @@ class _GlobalProcessSet(ProcessSet):
 
     def __hash__(self):
         return 0
+
+    def __reduce__(self):
+        return "global_process_set"  # loaded as this module's one global set
 
 
 global_process_set = _GlobalProcessSet()

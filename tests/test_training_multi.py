@@ -47,6 +47,15 @@ def test_trainer_in_a_process_set(np_):
 
 
 @pytest.mark.parametrize("np_", [2, 3])
+def test_optimizer_states_loaded_after_a_new_init_keep_their_process_set(np_):
+    # gluon.Trainer.save_states pickles the DistributedOptimizer with its process set; loaded
+    # after an init() that registered the sets in another order, it reduces over the set
+    # with the same ranks (before: over whichever set had the old id). Pickled sets load as
+    # the registered set of their ranks, or unregistered.
+    run_ranks(np_, "train_states_process_set.py", timeout=180)
+
+
+@pytest.mark.parametrize("np_", [2, 3])
 def test_auto_names_match_when_ranks_made_different_helpers(np_):
     # A set's trainer/optimizer/helpers on its members, unused extras on rank 0: the global
     # ones' automatic names still match on every rank (no hang), results exact.

@@ -70,6 +70,21 @@ def test_optimizer_pickles_like_updater_states():
     assert back.learning_rate == 0.01 and back.param_dict == {}
 
 
+def test_optimizer_pickled_with_a_set_id_of_another_session_forgets_it():
+    # A pickle made before ProcessSet pickled as its ranks carries the set's id; loaded
+    # where no set with those ranks is registered, the wrapper holds an unregistered set
+    # (its collectives raise 'not registered') instead of whichever set has that id now.
+    stale = hvd.ProcessSet([0])
+    stale.process_set_id = 5
+    opt = hvd.DistributedOptimizer.__new__(hvd.DistributedOptimizer)
+    opt.__setstate__({"_optimizer": mx.optimizer.SGD(), "_process_set": stale,
+                      "_gradient_predivide_factor": 1.0, "_num_groups": 0, "_prefix": None,
+                      "_device_id": 0})
+    assert opt._process_set.process_set_id is None and opt._process_set.ranks == [0]
+    back = pickle.loads(pickle.dumps(hvd.DistributedOptimizer(mx.optimizer.SGD())))
+    assert back._process_set is hvd.global_process_set
+
+
 def test_optimizer_rejects_non_optimizers():
     with pytest.raises(TypeError):
         hvd.DistributedOptimizer("sgd")
