@@ -34,3 +34,8 @@ from mxhorovod import kvstore  # noqa: F401
 # fresh gradients with ignore_stale_grad=True, and on AMP overflow (mxhorovod/agreement.py) ---
 from mxhorovod.agreement import install_trainer_agreement as _install_trainer_agreement
 _install_trainer_agreement()
+
+# --- Module.update with a DistributedOptimizer: the ranks reduce the same parameters
+# (mxhorovod/layout_check.py) ---
+from mxhorovod.layout_check import install_module_layout_check as _install_module_layout_check
+_install_module_layout_check()

@@ -41,6 +41,7 @@ import mxnet as mx
 import numpy as np
 
 from mxhorovod.batch_check import BatchSizeCheck
+from mxhorovod.layout_check import LayoutCheck
 from mxhorovod.mpi_ops import Max, Sum, allreduce
 from mxhorovod.process_sets import global_process_set
 
@@ -181,6 +182,7 @@ def install_trainer_agreement():
     Trainer checks its batch size against the peers' (:mod:`mxhorovod.batch_check`).
     Other Trainers run MXNet's code unchanged. Idempotent.
     """
+    from mxhorovod.optimizer import DistributedOptimizer
     trainer_cls = mx.gluon.Trainer
     if getattr(trainer_cls.step, "_mxhorovod_stale", False):
         return
@@ -206,8 +208,21 @@ def install_trainer_agreement():
                 check = trainer._mxhorovod_batch_check = BatchSizeCheck("Trainer")
             check.submit(batch_size, target[0], target[1], method)
 
+    def check_layout(trainer):
+        # Ranks reducing different parameters wait for each other forever: an error on
+        # every rank instead (mxhorovod.layout_check; blocking only when it changed).
+        target = _agreement(trainer, "layout")
+        if target is not None:
+            check = vars(trainer).get("_mxhorovod_layout_check")
+            if check is None:
+                check = trainer._mxhorovod_layout_check = LayoutCheck()
+            check.check(trainer._params, target[0], target[1],
+                        "Trainer with %s" % ("a DistributedOptimizer" if isinstance(
+                            trainer._optimizer, DistributedOptimizer) else "kvstore 'horovod'"))
+
     @functools.wraps(original_step)
     def step(self, batch_size, ignore_stale_grad=False):
+        check_layout(self)
         check_batch_size(self, batch_size)
         agree = needed(self, ignore_stale_grad)
         if agree is not None and ignore_stale_grad:
@@ -217,7 +232,7 @@ def install_trainer_agreement():
 
     @functools.wraps(original_update)
     def update(self, batch_size, ignore_stale_grad=False):
-        from mxhorovod.optimizer import DistributedOptimizer
+        check_layout(self)
         check_batch_size(self, batch_size, "update")
         agree = needed(self, ignore_stale_grad)
         if agree is not None and ignore_stale_grad:

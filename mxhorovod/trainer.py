@@ -23,6 +23,7 @@ from mxhorovod.process_sets import _size as _ps_size
 from mxhorovod.process_sets import global_process_set
 from mxhorovod.agreement import mixed_freshness, zero_stale_where_fresh_elsewhere
 from mxhorovod.batch_check import BatchSizeCheck
+from mxhorovod.layout_check import LayoutCheck
 
 __all__ = ["DistributedTrainer"]
 
@@ -78,7 +79,11 @@ class DistributedTrainer(mx.gluon.Trainer):
     Raises:
         TypeError: ``optimizer`` is a Trainer, or neither a str nor an Optimizer.
         ValueError: parameters are on more than one context (use one context per rank);
-            ``bucket_cap_mb`` < 0; and, at the first ``step``/``allreduce_grads`` after the
+            ``bucket_cap_mb`` < 0; at the first ``step``/``allreduce_grads``, on every
+            rank, when the ranks do not reduce the same parameters (a layer frozen with
+            ``grad_req='null'`` or added on some ranks only; different shapes, dtypes or
+            storage types: :mod:`mxhorovod.layout_check`; Horovod waits forever); and, at
+            the first ``step``/``allreduce_grads`` after the
             buckets changed, on every rank, when the ranks' bucket layouts differ (their
             trainable parameters, shapes or dtypes differ), or when a newer trainer took
             the parameters' buckets over.
@@ -134,6 +139,7 @@ class DistributedTrainer(mx.gluon.Trainer):
                                         int(bucket_cap_mb * 2**20)) \
             if gradient_as_bucket_view else None
         self._batch_check = BatchSizeCheck()
+        self._layout_check = LayoutCheck()
 
     def _reduce_kwargs(self):
         f = self._gradient_predivide_factor
@@ -218,6 +224,11 @@ class DistributedTrainer(mx.gluon.Trainer):
             return  # a rank outside the set trains on its own gradients (as Horovod)
         if self._prefix is None:
             self._auto_prefix()
+        if _ps_size(self._process_set, "DistributedTrainer") > 1:
+            # Ranks reducing different parameters wait for each other forever: an error on
+            # every rank instead (mxhorovod.layout_check; blocking only when it changed).
+            self._layout_check.check(self._params, self._prefix + "layout", self._process_set,
+                                     "DistributedTrainer '%s'" % self._prefix)
         if getattr(self, "_agree_on_fresh", False) and \
                 _ps_size(self._process_set, "DistributedTrainer") > 1:
             zero_stale_where_fresh_elsewhere(self._params, self._prefix + "fresh",

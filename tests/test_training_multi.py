@@ -18,7 +18,10 @@ def test_trainer_features(np_):
     # warning, dict order, grad_req='null', row_sparse Embedding (DistributedTrainer,
     # DistributedOptimizer in gluon.Trainer and in Module.fit), fp16 compression,
     # ignore_stale_grad with a branch used on some ranks (DistributedTrainer, and a plain
-    # gluon.Trainer with DistributedOptimizer), AMP loss scaling with an overflow on one rank.
+    # gluon.Trainer with DistributedOptimizer), AMP loss scaling with an overflow on one rank,
+    # ranks reducing different parameters (a ValueError on every rank: DistributedTrainer,
+    # DistributedOptimizer in gluon.Trainer and Module, kvstore 'horovod'; BucketingModule
+    # with the ranks in different buckets still trains).
     run_ranks(np_, "train_features.py", timeout=300)
 
 

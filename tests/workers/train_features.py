@@ -459,12 +459,146 @@ def amp_overflow_on_one_rank():
         assert_same_on_all_ranks(param_arrays(net), "amp overflow " + kind)
 
 
+def different_parameters_on_some_ranks():
+    """The last rank's trainer reduces other parameters (a layer frozen there only; one more
+    parameter there; a parameter of another shape there): a ValueError on every rank at the
+    first step, naming the parameter and the rank, for DistributedTrainer (with and without
+    bucket views), a gluon.Trainer with DistributedOptimizer and one over kvstore 'horovod'.
+    Before, every rank waited for the names the others never submitted (a hang with stall
+    warnings; bucket views alone raised). Then the same layer frozen on every rank between
+    two steps: checked again, and the training equals one process."""
+    last = hvd.size() - 1
+    kinds = {
+        "trainer": lambda ps: hvd.DistributedTrainer(ps, optimizer("sgd")),
+        "buckets": lambda ps: hvd.DistributedTrainer(ps, optimizer("sgd"),
+                                                     gradient_as_bucket_view=True),
+        "optimizer": lambda ps: gluon.Trainer(ps, hvd.DistributedOptimizer(optimizer("sgd")),
+                                              kvstore=None),
+        "kvstore": lambda ps: gluon.Trainer(ps, optimizer("sgd"), kvstore="horovod"),
+    }
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    x, y = global_data(2, B, seed=12)
+    for kind, make in sorted(kinds.items()):
+        for case in ("frozen", "extra", "shape"):
+            tag = "lay_%s_%s" % (kind, case)
+            net = mlp(tag + "_")
+            params = list(net.collect_params().values())
+            extra = gluon.Parameter(tag + "_extra", shape=(4 if hvd.rank() == last else 3,))
+            extra.initialize()
+            if case == "frozen" and hvd.rank() == last:
+                net[0].bias.grad_req = "null"
+            if case == "shape" or (case == "extra" and hvd.rank() == last):
+                params.append(extra)
+            tr = make(params)
+            with autograd.record():
+                loss = loss_fn(net(mx.nd.array(shard(x, B)[0])), mx.nd.array(shard(y, B)[0]))
+                loss = loss + extra.data().sum()
+            loss.backward()
+            try:
+                tr.step(B)
+            except ValueError as e:
+                msg = str(e)
+                want = {"frozen": tag + "_dense0_bias", "extra": "parameters, rank 0",
+                        "shape": tag + "_extra"}[case]
+                assert "differ between ranks" in msg and "rank %d" % last in msg and \
+                    want in msg, (kind, case, msg)
+            else:
+                raise AssertionError("%s %s: no error on rank %d" % (kind, case, hvd.rank()))
+            # The process stays usable.
+            assert hvd.allreduce(mx.nd.ones((2,)), name=tag + ".after").asnumpy().tolist() == \
+                [1, 1]
+        # Frozen on every rank between two steps: checked again, equal to one process.
+        net, ref = pair("lay_%s_all" % kind)
+        tr = make(net.collect_params())
+        ref_tr = gluon.Trainer(ref.collect_params(), optimizer("sgd"), kvstore=None)
+        batch = B * (hvd.size() if kind == "kvstore" else 1)  # the kvstore sums
+        for s in range(2):
+            if s == 1:
+                # A bias, not a weight: MXNet 1.9.1's MKLDNN FullyConnected backward leaves
+                # the bias gradient unwritten when the weight needs none (one process too).
+                net[0].bias.grad_req = ref[0].bias.grad_req = "null"
+            forward_backward(net, loss_fn, shard(x, B)[s], shard(y, B)[s])
+            tr.step(batch)
+            forward_backward(ref, loss_fn, x[s], y[s])
+            ref_tr.step(x.shape[1])
+        assert_close(param_arrays(net), param_arrays(ref), 0.1, "frozen everywhere, " + kind)
+
+
+def module_different_parameters_on_some_ranks():
+    """Module.fit with DistributedOptimizer, fc1_weight fixed (fixed_param_names) on the last
+    rank only: a ValueError on every rank at the first update naming it (before, every rank
+    waited in the optimizer's allreduces). Then a BucketingModule whose ranks are in
+    different buckets at each step (its modules share the optimizer: checked once, no rank
+    waits alone): the weights equal one process's sum of the ranks' gradients."""
+    last = hvd.size() - 1
+    x, y = global_data(1, B, seed=13)
+    data = mx.sym.Variable("data")
+    h = mx.sym.Activation(mx.sym.FullyConnected(data, num_hidden=4, name="fc1"),
+                          act_type="tanh")
+    sym = mx.sym.SoftmaxOutput(mx.sym.FullyConnected(h, num_hidden=3, name="fc2"),
+                               name="softmax")
+    mod = mx.mod.Module(sym, data_names=["data"], label_names=["softmax_label"],
+                        fixed_param_names=["fc1_weight"] if hvd.rank() == last else None)
+    it = mx.io.NDArrayIter(shard(x, B)[0], shard(y, B)[0], batch_size=B,
+                           label_name="softmax_label")
+    opt = hvd.DistributedOptimizer(mx.optimizer.SGD(learning_rate=0.1, rescale_grad=1.0 / B))
+    try:
+        mod.fit(it, num_epoch=1, optimizer=opt, kvstore=None, initializer=mx.init.Uniform(0.5))
+    except ValueError as e:
+        msg = str(e)
+        assert "differ between ranks" in msg and "'fc1_weight'" in msg and \
+            "rank %d not reduced" % last in msg, msg
+    else:
+        raise AssertionError("fixed_param_names on one rank: no error on rank %d" % hvd.rank())
+    assert hvd.allreduce(mx.nd.ones((2,)), name="modlay.after").asnumpy().tolist() == [1, 1]
+
+    def sym_gen(length):  # (B, 2 * length) -> sum of the length pairs -> fc
+        feats = mx.sym.sum(mx.sym.reshape(mx.sym.Variable("data"), shape=(0, length, 2)),
+                           axis=1)
+        out = mx.sym.FullyConnected(feats, num_hidden=3, name="bfc")
+        return mx.sym.SoftmaxOutput(out, name="softmax"), ("data",), ("softmax_label",)
+    lengths = [2, 3, 4]
+    bmod = mx.mod.BucketingModule(sym_gen, default_bucket_key=max(lengths))
+    bmod.bind(data_shapes=[("data", (B, 2 * max(lengths)))],
+              label_shapes=[("softmax_label", (B,))])
+    bmod.init_params(mx.init.Constant(0.1))
+    bmod.init_optimizer(kvstore=None, optimizer=hvd.DistributedOptimizer(
+        mx.optimizer.SGD(learning_rate=0.1, rescale_grad=1.0 / B)))
+    labels = mx.nd.array(np.arange(B) % 3)
+    grads = []  # every rank's fc gradient at each step, from one process's view
+    weight, bias = np.full((3, 2), 0.1), np.zeros((3,))  # Initializer: biases 0
+    for s in range(3):
+        rank_lengths = [lengths[(s + q) % 3] for q in range(hvd.size())]
+        n = rank_lengths[hvd.rank()]
+        batch = mx.io.DataBatch([mx.nd.ones((B, 2 * n)) * (s + 1)], [labels], bucket_key=n,
+                                provide_data=[mx.io.DataDesc("data", (B, 2 * n))],
+                                provide_label=[mx.io.DataDesc("softmax_label", (B,))])
+        bmod.forward_backward(batch)
+        bmod.update()
+        # One process: the mean over ranks of each rank's softmax gradient (per-rank batch).
+        gw, gb = np.zeros_like(weight), np.zeros_like(bias)
+        for length in rank_lengths:
+            feats = np.full((B, 2), float(length * (s + 1)))
+            logits = feats @ weight.T + bias
+            p = np.exp(logits - logits.max(1, keepdims=True))
+            p /= p.sum(1, keepdims=True)
+            p[np.arange(B), np.arange(B) % 3] -= 1
+            gw += p.T @ feats / B
+            gb += p.sum(0) / B
+        weight -= 0.1 * gw / hvd.size()
+        bias -= 0.1 * gb / hvd.size()
+    arg = bmod.get_params()[0]
+    np.testing.assert_allclose(arg["bfc_weight"].asnumpy(), weight, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(arg["bfc_bias"].asnumpy(), bias, rtol=1e-4, atol=1e-6)
+
+
 SCENARIOS = {f.__name__: f for f in (
     grad_req_add, clip_between_allreduce_and_update, two_trainers_gan, unwrap_and_type_errors,
     insertion_order_and_null, row_sparse_embedding, row_sparse_optimizer_gluon,
     row_sparse_optimizer_module, row_sparse_weight_module, fp16_compression,
     optimizer_on_own_device,
-    stale_on_some_ranks, stale_on_some_ranks_optimizer, amp_overflow_on_one_rank)}
+    stale_on_some_ranks, stale_on_some_ranks_optimizer, amp_overflow_on_one_rank,
+    different_parameters_on_some_ranks, module_different_parameters_on_some_ranks)}
 
 
 if __name__ == "__main__":
