@@ -41,7 +41,7 @@ import mxnet as mx
 import numpy as np
 
 from mxhorovod.batch_check import BatchSizeCheck
-from mxhorovod.layout_check import LayoutCheck
+from mxhorovod.layout_check import LayoutCheck, check_one_context
 from mxhorovod.mpi_ops import Max, Sum, allreduce
 from mxhorovod.process_sets import global_process_set
 
@@ -213,6 +213,12 @@ def install_trainer_agreement():
         # every rank instead (mxhorovod.layout_check; blocking only when it changed).
         target = _agreement(trainer, "layout")
         if target is not None:
+            if isinstance(trainer._optimizer, DistributedOptimizer):
+                if not trainer._kv_initialized:
+                    trainer._init_kvstore()  # as step/update do first anyway
+                if trainer._kvstore is None:
+                    check_one_context(trainer._contexts, "gluon.Trainer with a "
+                                      "DistributedOptimizer")
             check = vars(trainer).get("_mxhorovod_layout_check")
             if check is None:
                 check = trainer._mxhorovod_layout_check = LayoutCheck()

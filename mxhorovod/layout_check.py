@@ -30,7 +30,7 @@ import numpy as np
 
 from mxhorovod.mpi_ops import allgather
 
-__all__ = ["LayoutCheck", "install_module_layout_check"]
+__all__ = ["LayoutCheck", "check_one_context", "install_module_layout_check"]
 
 
 # What may change which collectives a trainer submits, read per step (a C-free attribute
@@ -131,6 +131,20 @@ def _module_rows(group):
     return rows
 
 
+def check_one_context(contexts, label):
+    """Raises ValueError when a DistributedOptimizer serves more than one context of this
+    rank with no kvstore to sum them (``kvstore=None``): each context's gradient was
+    averaged with the same context of the other ranks only, so every context trained its own
+    copy of the weights, which drifted apart without a word (as in MXNet alone and in
+    Horovod)."""
+    if contexts is not None and len(contexts) > 1:
+        raise ValueError(
+            "%s and kvstore=None on %d contexts per rank (%s): each context would train its "
+            "own copy of the weights (nothing sums the contexts of one rank). Use one context "
+            "per rank (mpirun one process per device), or kvstore='device' to sum them first"
+            % (label, len(contexts), ", ".join(str(c) for c in contexts)))
+
+
 _module_checks = weakref.WeakKeyDictionary()  # DistributedOptimizer -> its LayoutCheck
 
 
@@ -160,6 +174,9 @@ def install_module_layout_check():
             # One check per optimizer, not per Module: a BucketingModule's modules share
             # the optimizer, and the ranks may be in different buckets at a step (a check
             # at each one's first update would wait for the peers alone).
+            if getattr(self, "_kvstore", None) is None:
+                check_one_context(getattr(self, "_context", None),
+                                  "Module with a DistributedOptimizer")
             check = _module_checks.get(opt)
             if check is None:
                 check = _module_checks[opt] = LayoutCheck()

@@ -21,7 +21,8 @@ def test_trainer_features(np_):
     # gluon.Trainer with DistributedOptimizer), AMP loss scaling with an overflow on one rank,
     # ranks reducing different parameters (a ValueError on every rank: DistributedTrainer,
     # DistributedOptimizer in gluon.Trainer and Module, kvstore 'horovod'; BucketingModule
-    # with the ranks in different buckets still trains).
+    # with the ranks in different buckets still trains), DistributedOptimizer on two contexts
+    # per rank without a kvstore (a ValueError; kvstore='device' trains as one process).
     run_ranks(np_, "train_features.py", timeout=300)
 
 

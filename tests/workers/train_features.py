@@ -592,13 +592,63 @@ def module_different_parameters_on_some_ranks():
     np.testing.assert_allclose(arg["bfc_bias"].asnumpy(), bias, rtol=1e-4, atol=1e-6)
 
 
+def optimizer_on_several_contexts_without_kvstore():
+    """DistributedOptimizer with kvstore=None and two contexts per rank (gluon.Trainer,
+    Module.fit): a ValueError at the first step naming the contexts. Before, each context's
+    gradient was averaged with the same context of the other ranks only, so each context
+    trained its own copy and the copies drifted apart without a word. kvstore='device' (the
+    contexts summed first) still trains as one process on the concatenated batch."""
+    ctxs = [mx.cpu(0), mx.cpu(1)]
+    x, y = global_data(2, B, seed=14)
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    for kvstore in (None, "device"):
+        net, ref = pair("ctx_%s" % kvstore)
+        net.collect_params().reset_ctx(ctxs)
+        tr = gluon.Trainer(net.collect_params(), hvd.DistributedOptimizer(optimizer("sgd")),
+                           kvstore=kvstore)
+        ref_tr = gluon.Trainer(ref.collect_params(), optimizer("sgd"), kvstore=None)
+        try:
+            for s in range(2):
+                xs, ys = shard(x, B)[s], shard(y, B)[s]
+                with autograd.record():  # half of this rank's batch on each context
+                    losses = [loss_fn(net(mx.nd.array(xs[k::2], ctx=c)),
+                                      mx.nd.array(ys[k::2], ctx=c))
+                              for k, c in enumerate(ctxs)]
+                autograd.backward(losses)
+                tr.step(B)
+                forward_backward(ref, loss_fn, x[s], y[s])
+                ref_tr.step(x.shape[1])
+        except ValueError as e:
+            assert kvstore is None and "kvstore=None on 2 contexts" in str(e), (kvstore, e)
+        else:
+            assert kvstore is not None, "2 contexts and kvstore=None: no error"
+            for c in ctxs:
+                assert_close([p.data(c).asnumpy() for p in net.collect_params().values()],
+                             param_arrays(ref), 0.1, "kvstore='device' on %s" % c)
+    data = mx.sym.Variable("data")
+    sym = mx.sym.SoftmaxOutput(mx.sym.FullyConnected(data, num_hidden=3, name="cfc"),
+                               name="softmax")
+    mod = mx.mod.Module(sym, data_names=["data"], label_names=["softmax_label"], context=ctxs)
+    it = mx.io.NDArrayIter(shard(x, B)[0], shard(y, B)[0], batch_size=B,
+                           label_name="softmax_label")
+    try:
+        mod.fit(it, num_epoch=1, kvstore=None,
+                optimizer=hvd.DistributedOptimizer(mx.optimizer.SGD(learning_rate=0.1)))
+    except ValueError as e:
+        assert "Module with a DistributedOptimizer and kvstore=None on 2 contexts" in str(e), e
+    else:
+        raise AssertionError("Module on 2 contexts with kvstore=None: no error")
+    assert hvd.allreduce(mx.nd.ones((2,)), name="ctx.after").asnumpy().tolist() == [1, 1]
+
+
 SCENARIOS = {f.__name__: f for f in (
     grad_req_add, clip_between_allreduce_and_update, two_trainers_gan, unwrap_and_type_errors,
     insertion_order_and_null, row_sparse_embedding, row_sparse_optimizer_gluon,
     row_sparse_optimizer_module, row_sparse_weight_module, fp16_compression,
     optimizer_on_own_device,
     stale_on_some_ranks, stale_on_some_ranks_optimizer, amp_overflow_on_one_rank,
-    different_parameters_on_some_ranks, module_different_parameters_on_some_ranks)}
+    different_parameters_on_some_ranks, module_different_parameters_on_some_ranks,
+    optimizer_on_several_contexts_without_kvstore)}
 
 
 if __name__ == "__main__":
