@@ -25,6 +25,7 @@ def test_stall_warning_names_tensor_and_missing_rank_and_repeats():
     for w in uncached + cached:
         assert "missing ranks 1 (submitted by 1 of 2 ranks: 0)" in w, w
     assert "HOROVOD_STALL_CHECK_TIME_SECONDS=1.0 s" in out
+    assert "different calls under the name" not in out, out  # one name, one rank: no hint
     # Nothing more once the late rank has submitted (no warning after its completion line).
     assert "stall.uncached" not in out.split("RANK 0 uncached done")[1].split("stall.cached")[0]
 
@@ -46,6 +47,19 @@ def test_stall_shutdown_fails_pending_operations_on_every_rank():
     lines = log_lines(out)
     assert [(r, lvl) for r, lvl, _ in lines] == [("0", "error")], out
     assert "Stall shutdown: 3 tensor(s) still waiting" in lines[0][2], lines
+
+
+def test_different_calls_under_one_name_are_reported_as_such():
+    # allreduce 'mixed' on rank 0, allgather 'mixed' on rank 1 (its first collective is
+    # 'mixed.rows'): they never meet. The warning adds a line saying so, and past the
+    # shutdown time each rank's error says it too (the worker checks those).
+    out = run_ranks(2, "ops_stall.py", ["same_name"], timeout=240,
+                    env={"HOROVOD_STALL_CHECK_TIME_SECONDS": "1",
+                         "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "2"}).stdout
+    hint = out.split("Probably the ranks made different calls under the name 'mixed' (")
+    assert len(hint) >= 2, out
+    assert "ranks 0 submitted allreduce 'mixed'" in hint[1].splitlines()[0], out
+    assert "ranks 1 submitted allgather 'mixed.rows'" in hint[1].splitlines()[0], out
 
 
 def test_shutdown_time_below_check_time_is_ignored_with_a_warning():

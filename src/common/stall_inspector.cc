@@ -1,6 +1,8 @@
 #include "stall_inspector.h"
 
 #include <algorithm>
+#include <set>
+#include <utility>
 #include <cstdio>
 #include <sstream>
 
@@ -18,7 +20,67 @@ std::string Secs(double s) {
   return buf;
 }
 
+// The name of the call that made a collective and how it was derived: '<name>' for
+// '<name>.rows' (an allgather's size exchange, kind 'r'), '<name>.splits' (an alltoall's,
+// 's') and '<name>.<i>' (tensor i of a grouped call, 'i'); else the name itself ('-').
+std::pair<std::string, char> CallName(const std::string& name) {
+  size_t dot = name.rfind('.');
+  if (dot == std::string::npos || dot == 0 || dot + 1 == name.size()) return {name, '-'};
+  std::string tail = name.substr(dot + 1);
+  char kind = tail == "rows" ? 'r' : tail == "splits" ? 's'
+            : tail.find_first_not_of("0123456789") == std::string::npos ? 'i' : '-';
+  return {kind == '-' ? name : name.substr(0, dot), kind};
+}
+
+bool Disjoint(const std::vector<int>& a, const std::vector<int>& b) {  // both ascending
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (a[i] == b[j]) return false;
+    (a[i] < b[j]) ? ++i : ++j;
+  }
+  return true;
+}
+
 }  // namespace
+
+std::unordered_map<std::string, std::string> StallInspector::SameCallHints(
+    const std::vector<const PendingName*>& stalled) const {
+  // Stalled names of one call made by disjoint ranks: the ranks called different
+  // collectives under one name (an allreduce on some, an allgather on others: their first
+  // collectives are 'k' and 'k.rows'), which never meet.
+  // Only names derived differently count ('k' and 'k.rows', 'k.0' and 'k.splits', ...):
+  // 'g.3' and 'g.5' on disjoint ranks are two parameters of one trainer, not one call.
+  std::unordered_map<std::string, std::vector<std::pair<const PendingName*, char>>> by_call;
+  for (const PendingName* p : stalled) {
+    auto call = CallName(p->name);
+    by_call[call.first].push_back({p, call.second});
+  }
+  std::unordered_map<std::string, std::string> hints;
+  for (const auto& entry : by_call) {
+    const auto& names = entry.second;
+    bool split = false;
+    for (size_t i = 0; i < names.size() && !split; ++i) {
+      for (size_t j = i + 1; j < names.size() && !split; ++j) {
+        split = names[i].second != names[j].second &&
+                Disjoint(names[i].first->ranks, names[j].first->ranks);
+      }
+    }
+    if (!split) continue;
+    std::string calls;
+    for (size_t k = 0; k < names.size() && k < 4; ++k) {
+      const PendingName* p = names[k].first;
+      calls += std::string(calls.empty() ? "" : "; ") + "ranks " + RankList(JobRanks(p->ranks)) +
+               " submitted " + OpTypeName(p->op_type) + " '" + p->name + "'";
+    }
+    if (names.size() > 4) calls += "; ... (" + std::to_string(names.size()) + " names in all)";
+    std::string hint = "the ranks made different calls under the name '" + entry.first + "' (" +
+                       calls + "; an allgather first submits '<name>.rows', an alltoall "
+                       "'<name>.splits', a grouped call '<name>.<i>'): every rank must make the "
+                       "same collective call under one name";
+    for (const auto& named : names) hints[named.first->name] = hint;
+  }
+  return hints;
+}
 
 std::string RankList(const std::vector<int>& ranks, size_t max_listed) {
   std::ostringstream os;
@@ -103,12 +165,15 @@ bool StallInspector::CheckCoordinator(const std::vector<PendingName>& pending,
     const std::string limit = "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=" + Secs(settings_.shutdown_s) + " s";
     std::string why = stops_job() ? "; mxhorovod shut down on every rank because a stall lasted more than " + limit
                                   : "; " + scope_ + " failed its waiting operations because a stall lasted more than " + limit;
+    auto hints = SameCallHints(stalled);
     for (const auto& p : pending) {
       Response r;
       r.type = Response::kError;
       r.op_type = p.op_type;
       r.names = {p.name};
-      r.error = "stalled: " + Prefix() + Describe(p) + why;
+      auto hint = hints.find(p.name);
+      r.error = "stalled: " + Prefix() + Describe(p) + why +
+                (hint == hints.end() ? "" : "; " + hint->second);
       errors->push_back(std::move(r));
     }
     LogError(Prefix() + "Stall shutdown: " + std::to_string(pending.size()) + " tensor(s) still waiting after " +
@@ -128,6 +193,10 @@ bool StallInspector::CheckCoordinator(const std::vector<PendingName>& pending,
   }
   if (stalled.size() > kMaxNamesInWarning) {
     msg += "\n    ... and " + std::to_string(stalled.size() - kMaxNamesInWarning) + " more";
+  }
+  std::set<std::string> hinted;  // one line per hint (every name of its call maps to it)
+  for (const auto& h : SameCallHints(stalled)) {
+    if (hinted.insert(h.second).second) msg += "\n  Probably " + h.second + ".";
   }
   if (settings_.shutdown_s > 0) {
     msg += std::string("\n  ") + (stops_job() ? "mxhorovod shuts down on every rank" : "the waiting operations fail") +

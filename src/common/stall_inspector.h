@@ -75,6 +75,10 @@ class StallInspector {
 
  private:
   std::string Describe(const PendingName& p) const;
+  // For stalled names of one call ('k', 'k.rows', 'k.splits', 'k.<i>') submitted by
+  // disjoint ranks: name -> a sentence saying the ranks made different calls under 'k'.
+  std::unordered_map<std::string, std::string> SameCallHints(
+      const std::vector<const PendingName*>& stalled) const;
   std::vector<int> JobRanks(const std::vector<int>& set_ranks) const;
   std::string Prefix() const { return scope_.empty() ? "" : scope_ + ": "; }
   StallSettings settings_;

@@ -3,6 +3,8 @@
 warn: HOROVOD_STALL_CHECK_TIME_SECONDS=1. Rank 1 is 3.5 s late for a new name, then 4.5 s
       late for a name agreed through the response cache; both complete with the right
       values after rank 0 warned about them.
+same_name: the same settings as shutdown; rank 0 calls allreduce 'mixed', rank 1 allgather
+      'mixed': the errors say the ranks made different calls under one name.
 shutdown: HOROVOD_STALL_CHECK_TIME_SECONDS=1, HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=2. Each
       rank waits on a name the other never submits (plus rank 0 on a cached name): every
       pending operation fails on its rank with an error naming it and the missing rank,
@@ -68,6 +70,22 @@ elif mode == "shutdown":
     except ValueError as e:
         assert "stalled" in str(e) and "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS" in str(e), str(e)
     print("RANK %d waited %.1f s" % (r, waited), flush=True)
+elif mode == "same_name":
+    # Rank 0 calls allreduce 'mixed', rank 1 allgather 'mixed', whose first collective is
+    # its size exchange 'mixed.rows': the two never meet (a hang, before the stall
+    # shutdown). The warning and each rank's error say that the ranks made different calls
+    # under 'mixed'.
+    hint = "the ranks made different calls under the name 'mixed'"
+    if r == 0:
+        a = hvd.allreduce(mx.nd.ones((2,)), name="mixed")
+        expect_error(a, "allreduce 'mixed'", hint, "ranks 1 submitted allgather 'mixed.rows'")
+    else:
+        try:
+            hvd.allgather(mx.nd.ones((2,)), name="mixed")
+            raise AssertionError("allgather 'mixed' met an allreduce")
+        except MXNetError as e:
+            assert hint in str(e) and "ranks 0 submitted allreduce 'mixed'" in str(e), str(e)
+    assert not hvd.is_initialized()
 else:
     raise SystemExit("unknown mode " + mode)
 print("RANK %d OK" % r, flush=True)
