@@ -71,6 +71,13 @@ void End(EngineOp* op) {
   TensorQueue::RunAdmitted(std::move(admitted));
 }
 
+std::vector<std::string> NamesOf(const EngineOp& op) {
+  std::vector<std::string> names;
+  names.reserve(op.tensors.size());
+  for (const auto& t : op.tensors) names.push_back(t.request.name);
+  return names;
+}
+
 // The core's entry for a tensor of the operation, without data: its request moves to the
 // core (the operation hands its tensors over once; the handles stay for Release).
 TensorTableEntry TakeEntry(OpTensor& t, int32_t set_id) {
@@ -148,9 +155,7 @@ struct FailedNames {
 
 // Takes a ticket and joins the operation's names' lines (at the call, in call order).
 void Register(EngineOp* op) {
-  op->names.clear();  // a recycled operation's capacity
-  op->names.reserve(op->tensors.size());
-  for (const auto& t : op->tensors) op->names.push_back(t.request.name);
+  op->names = NamesOf(*op);
   op->ticket = op->set->queue.Register(op->names);
 }
 
@@ -210,51 +215,6 @@ void SubmitEmptyGroup(std::shared_ptr<ProcessSet> set, OpType type, const std::s
 
 namespace {
 
-// Finished operations kept for NewOp: at most kKept (a burst of calls allocates beyond
-// that, and those are freed), and only calls of up to kTensors tensors (a grouped call's
-// vectors would keep up to kKept times its size; one allocation per group is nothing).
-// Never destroyed: engine threads may finish operations after main() returns.
-class OpPool {
- public:
-  static constexpr size_t kKept = 1024;
-  static constexpr size_t kTensors = 8;
-  OpPool() { kept_.reserve(kKept); }
-  EngineOp* Take() {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (kept_.empty()) return nullptr;
-    EngineOp* op = kept_.back();
-    kept_.pop_back();
-    return op;
-  }
-  // Keeps `op` (reset) or deletes it.
-  void Put(EngineOp* op) {
-    if (op->tensors.capacity() > kTensors) {
-      delete op;
-      return;
-    }
-    op->Reset();
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      if (kept_.size() < kKept) {
-        kept_.push_back(op);
-        return;
-      }
-    }
-    delete op;
-  }
-
- private:
-  std::mutex mu_;
-  std::vector<EngineOp*> kept_;
-};
-
-OpPool& Pool() {
-  static auto* pool = new OpPool();
-  return *pool;
-}
-
-void Recycle(EngineOp* op) { Pool().Put(op); }
-
 // An operation MXNet skipped (see EngineOp::ran) fails on every rank; nothing is written:
 // the outputs already carry the input's error on this rank.
 void DeleteOp(void* param) {
@@ -263,7 +223,7 @@ void DeleteOp(void* param) {
     SubmitFailed(op, "the operation that writes its input failed on this rank, so MXNet "
                      "skipped this collective there (read that input on that rank to see the error)");
   }
-  Recycle(op);
+  delete op;
 }
 
 // Chunk -> number of our operations in flight reading or writing it. Never destroyed:
@@ -316,25 +276,6 @@ ChunkUses& Uses() {
 }
 
 }  // namespace
-
-std::unique_ptr<EngineOp> NewOp() {
-  EngineOp* op = Pool().Take();
-  return std::unique_ptr<EngineOp>(op ? op : new EngineOp());
-}
-
-void EngineOp::Reset() {
-  Release();
-  set.reset();
-  tensors.clear();
-  names.clear();
-  ticket = 0;
-  chunks_counted = false;
-  completion.cb = EngineCallback();
-  completion.remaining = 0;
-  completion.error.clear();
-  failure.reset();
-  ran = false;
-}
 
 bool UsedByOurCollective(void* handle) { return Uses().Has(ChunkIdentity(handle)); }
 

@@ -77,16 +77,7 @@ struct EngineOp {
   // lock (a futex wait in 3.5% of a 1,000-tensor grouped call's profile).
   void Release();
   ~EngineOp() { Release(); }
-  // Back to a new operation's state, keeping the vectors' capacity (see NewOp).
-  void Reset();
 };
-
-// An operation to fill and Push: a finished one recycled when there is one. An operation
-// is made on the calling thread and finished on the background thread (or an engine
-// thread); allocating a new one per call, with its tensor and name vectors, was three
-// allocations whose memory glibc's per-thread cache of the calling thread never got back
-// (docs/benchmarks.md, thirteenth and sixteenth runs).
-std::unique_ptr<EngineOp> NewOp();
 
 // Whether a collective of ours that reads or writes this array (by chunk identity) is
 // pushed and not yet completed. Settling a layout must not wait for the array's readers
