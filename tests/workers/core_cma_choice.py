@@ -77,6 +77,9 @@ def check_aliases(process_set, tag):
         else:
             hvd.allreduce_(A, op=hvd.Sum, name="%s.alias.a" % tag, process_set=process_set)
             hvd.allreduce_(B, op=hvd.Sum, name="%s.alias.b" % tag, process_set=process_set)
+        # A's result is defined once every call writing its memory finished: B's own
+        # operation (another engine variable over the same bytes) may still run after A's.
+        B.wait_to_read()
         got = A.asnumpy()
         # Reduced together (a fusion buffer) every array gets the sum; reduced one after the
         # other (two cycles, or the MPI path's in-place tensors of a group) the second
