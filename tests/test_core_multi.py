@@ -2,6 +2,7 @@
 RANK <r> OK; run_ranks fails the test on a missing rank, a non-zero exit or a timeout."""
 import os
 import subprocess
+import sys
 import time
 
 import pytest
@@ -220,6 +221,37 @@ def test_doorbell_waits_wake_whoever_is_late(case, np_):
     if left:
         time.sleep(2)
         assert not (_bells() & left), left
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no /dev/shm")
+def test_doorbell_files_of_dead_jobs_are_removed_at_init():
+    # A job killed between making its bell file and unlinking it left the file for good. Now
+    # the name carries the creator's pid and init() removes the files of dead pids older
+    # than a minute, and only those.
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    dead, alive = child.pid, os.getpid()
+    old = time.time() - 600
+    files = {"stale": ("mxhorovod-bell-%d-tst%03d" % (dead, alive % 1000), old),
+             "recent": ("mxhorovod-bell-%d-tsu%03d" % (dead, alive % 1000), None),
+             "alive": ("mxhorovod-bell-%d-tsv%03d" % (alive, alive % 1000), old),
+             "foreign": ("mxhorovod-bell-x%d" % alive, old)}
+    paths = {k: os.path.join("/dev/shm", name) for k, (name, _) in files.items()}
+    try:
+        for k, (_, mtime) in files.items():
+            open(paths[k], "w").close()
+            if mtime:
+                os.utime(paths[k], (mtime, mtime))
+        proc = run_ranks(2, "doorbell.py", ["default"], timeout=240, env={"HOROVOD_LOG_LEVEL": "debug"})
+        assert not os.path.exists(paths["stale"]), proc.stdout[-3000:]
+        assert "removed %s, a doorbell file left by the dead process %d" % (paths["stale"], dead) \
+            in proc.stdout, proc.stdout[-3000:]
+        for k in ("recent", "alive", "foreign"):
+            assert os.path.exists(paths[k]), (k, proc.stdout[-3000:])
+    finally:
+        for path in paths.values():
+            if os.path.exists(path):
+                os.unlink(path)
 
 
 @pytest.mark.parametrize("np_,env", [

@@ -1,9 +1,13 @@
 #include "mpi_wait.h"
 
+#include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <signal.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -112,6 +116,41 @@ Status CheckMPI(int rc, const char* what) {
   return Status::UnknownError(std::string("MPI error in ") + what + ": " + MPIErrorString(rc));
 }
 
+namespace {
+
+constexpr char kBellDir[] = "/dev/shm";
+constexpr char kBellPrefix[] = "mxhorovod-bell-";
+// A bell file lives for the few collectives of OpenDoorbell; one older than this whose
+// creator is gone was left by a job killed inside that window.
+constexpr time_t kStaleBellSeconds = 60;
+
+// Removes the bell files of dead jobs: the name carries its creator's pid
+// ("mxhorovod-bell-<pid>-XXXXXX"), and a file is removed only when that pid no longer
+// exists (kill(pid, 0) gives ESRCH) and the file is older than kStaleBellSeconds. A live
+// job whose pid is not visible here (another pid namespace sharing /dev/shm) loses at most
+// its doorbell: its ranks that cannot open the file go without one, as on a full /dev/shm.
+void RemoveStaleBells() {
+  DIR* dir = opendir(kBellDir);
+  if (!dir) return;
+  const time_t now = time(nullptr);
+  const size_t prefix_len = sizeof(kBellPrefix) - 1;
+  while (struct dirent* e = readdir(dir)) {
+    if (std::strncmp(e->d_name, kBellPrefix, prefix_len) != 0) continue;
+    char* end = nullptr;
+    const long pid = std::strtol(e->d_name + prefix_len, &end, 10);
+    if (pid <= 0 || end == e->d_name + prefix_len || *end != '-') continue;  // not ours
+    if (kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;   // alive
+    std::string path = std::string(kBellDir) + "/" + e->d_name;
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0 || now - st.st_mtime < kStaleBellSeconds) continue;
+    if (unlink(path.c_str()) == 0)
+      LogDebug("removed " + path + ", a doorbell file left by the dead process " + std::to_string(pid));
+  }
+  closedir(dir);
+}
+
+}  // namespace
+
 bool OpenDoorbell(MPI_Comm comm, MPI_Comm local, bool enabled) {
   CloseDoorbell();
   int local_rank = 0, local_size = 1, size = 1;
@@ -119,11 +158,14 @@ bool OpenDoorbell(MPI_Comm comm, MPI_Comm local, bool enabled) {
   MPI_Comm_size(local, &local_size);
   MPI_Comm_size(comm, &size);
   // Local rank 0 makes the file and names it to the others; it is unlinked once all have
-  // mapped it (the mappings outlive the name), so nothing is left behind.
+  // mapped it (the mappings outlive the name). A job killed before that leaves it behind;
+  // the next job on the host removes it (RemoveStaleBells).
   char path[64] = {0};
   int fd = -1;
   if (local_rank == 0 && enabled) {
-    std::strcpy(path, "/dev/shm/mxhorovod-bell-XXXXXX");
+    RemoveStaleBells();
+    std::snprintf(path, sizeof(path), "%s/%s%ld-XXXXXX", kBellDir, kBellPrefix,
+                  static_cast<long>(getpid()));
     fd = mkstemp(path);
     // posix_fallocate, not ftruncate: on a full /dev/shm ftruncate still makes a sparse
     // file, and the first touch of its page killed every rank with SIGBUS. A file that
