@@ -44,23 +44,43 @@ def parse_args(argv=None):
     p.add_argument("--batch-size", type=int, default=32, help="per rank")
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--classes", type=int, default=1000)
-    p.add_argument("--epochs", type=int, default=90)
+    p.add_argument("--epochs", "--num-epochs", type=int, default=90)
     p.add_argument("--lr", type=float, default=0.05, help="per rank; scaled by size")
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--wd", type=float, default=1e-4)
     p.add_argument("--warmup-epochs", type=float, default=5)
-    p.add_argument("--lr-decay-epochs", default="30,60,80")
+    p.add_argument("--lr-decay-epochs", "--lr-decay-epoch", default="30,60,80",
+                   help="epochs at which lr is multiplied by --lr-decay")
+    p.add_argument("--lr-decay", type=float, default=0.1)
+    p.add_argument("--warmup-lr", type=float, default=None,
+                   help="lr at the start of the warm-up (default: --lr)")
     # A float16 model is not offered: MXNet 1.9 has no float16 GEMM on CPU.
     p.add_argument("--fp16-allreduce", action="store_true",
                    help="gradients travel as float16 (Compression.fp16; gluon mode)")
     p.add_argument("--no-augment", action="store_true", help="centre crop, no mirror")
     p.add_argument("--no-shuffle", action="store_true")
     p.add_argument("--checkpoint-dir", default=None)
-    p.add_argument("--save-every", type=int, default=1, help="epochs between checkpoints")
+    p.add_argument("--save-every", "--save-frequency", type=int, default=1,
+                   help="epochs between checkpoints (with --checkpoint-dir; 0: the last only)")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
     p.add_argument("--log-interval", type=int, default=0, help="steps between rank-0 logs")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--data-nthreads", type=int, default=2, help="decoding threads per rank")
+    p.add_argument("--gradient-predivide-factor", type=float, default=1.0,
+                   help="gradients divided by it before the sum over ranks, by size/it after")
+    # The rest of Horovod's examples/mxnet/mxnet_imagenet_resnet50.py command line.
+    h = p.add_argument_group("Horovod's flags, accepted so its command lines run here")
+    h.add_argument("--use-rec", action="store_true", help="read --rec-train (needed here anyway)")
+    h.add_argument("--rec-train-idx", default=None, help="not needed: parts by num_parts")
+    h.add_argument("--rec-val-idx", default=None, help="not needed")
+    h.add_argument("--model", default="resnet50_v1", choices=["resnet50_v1"])
+    h.add_argument("--dtype", default="float32", choices=["float32"],
+                   help="MXNet 1.9 has no float16 GEMM on CPU")
+    h.add_argument("--lr-mode", default="step", choices=["step"])
+    h.add_argument("--no-cuda", action="store_true", help="this example trains on CPU")
     args = p.parse_args(argv)
+    if args.use_rec and not args.rec_train:
+        p.error("--use-rec needs --rec-train")
     if not args.benchmark and not args.rec_train:
         p.error("give --rec-train (and --rec-val), or --benchmark")
     if args.fp16_allreduce and args.mode == "module":
@@ -73,9 +93,10 @@ def lr_scheduler(args, steps_per_epoch, size):
     decay = [int(float(e) * steps_per_epoch) for e in args.lr_decay_epochs.split(",") if e]
     warmup = int(args.warmup_epochs * steps_per_epoch)
     decay = [d for d in decay if d > warmup] or [10 ** 12]
-    return mx.lr_scheduler.MultiFactorScheduler(step=decay, factor=0.1, base_lr=base,
+    begin = args.lr if args.warmup_lr is None else args.warmup_lr
+    return mx.lr_scheduler.MultiFactorScheduler(step=decay, factor=args.lr_decay, base_lr=base,
                                                 warmup_steps=warmup,
-                                                warmup_begin_lr=args.lr if warmup else base,
+                                                warmup_begin_lr=begin if warmup else base,
                                                 warmup_mode="linear")
 
 
@@ -102,7 +123,8 @@ def data_iters(args, rank, size):
         raise SystemExit("--num-examples %d is less than one batch per rank" % args.num_examples)
     train, val = record_iters(args.rec_train, args.rec_val, args.batch_size, args.image_size,
                               rank, size, augment=not args.no_augment,
-                              shuffle=not args.no_shuffle, seed=args.seed)
+                              shuffle=not args.no_shuffle, threads=args.data_nthreads,
+                              seed=args.seed)
     return EqualStepsIter(train, steps), val, steps
 
 
@@ -147,7 +169,8 @@ def run_gluon(args, train, val, steps, start_epoch):
     net.hybridize(static_alloc=True, static_shape=True)
     trainer = hvd.DistributedTrainer(
         net.collect_params(), make_optimizer(args, steps, size),
-        compression=hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none)
+        compression=hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none,
+        gradient_predivide_factor=args.gradient_predivide_factor)
     # Finish deferred shapes on every rank, so rank 0 can load and the others receive.
     net(mx.nd.zeros((1, 3, args.image_size, args.image_size)))
     if start_epoch:
@@ -202,7 +225,8 @@ def run_module(args, train, val, steps, start_epoch):
     hvd.broadcast_parameters(aux, root_rank=0, prefix="aux.")
     mod.set_params(arg, aux)
     opt = hvd.DistributedOptimizer(make_optimizer(args, steps, size,
-                                                  rescale_grad=1.0 / args.batch_size))
+                                                  rescale_grad=1.0 / args.batch_size),
+                                   gradient_predivide_factor=args.gradient_predivide_factor)
     mod.init_optimizer(kvstore=None, optimizer=opt)
     if start_epoch:
         resume_module(args.checkpoint_dir, NAME, start_epoch, mod)
@@ -244,7 +268,8 @@ def log_step(args, epoch, step, loss):
 
 def maybe_save(args, epoch, **what):
     if args.checkpoint_dir and not args.benchmark and (
-            (epoch + 1) % args.save_every == 0 or epoch + 1 == args.epochs):
+            (args.save_every > 0 and (epoch + 1) % args.save_every == 0)
+            or epoch + 1 == args.epochs):
         save_checkpoint(args.checkpoint_dir, NAME, epoch + 1, **what)
 
 

@@ -39,11 +39,20 @@ def parse_args(argv=None):
     p.add_argument("--train-limit", type=int, default=0, help="use the first N train images")
     p.add_argument("--test-limit", type=int, default=0, help="use the first N test images")
     p.add_argument("--checkpoint-dir", default=None)
-    p.add_argument("--save-every", type=int, default=1, help="epochs between checkpoints")
+    p.add_argument("--save-every", type=int, default=1,
+                   help="epochs between checkpoints (0: the last only)")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--fp16-allreduce", action="store_true", help="Compression.fp16")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    # Horovod's examples/mxnet/mxnet_mnist.py flags, so its command lines run here too.
+    p.add_argument("--dtype", default="float32", choices=["float32", "float64"],
+                   help="training data type (MXNet 1.9 has no float16 GEMM on CPU)")
+    p.add_argument("--gradient-predivide-factor", type=float, default=1.0,
+                   help="DistributedTrainer's gradient_predivide_factor: gradients are "
+                   "divided by it before the sum over ranks and by size/it after")
+    p.add_argument("--no-cuda", action="store_true",
+                   help="accepted for Horovod's command lines; this example trains on CPU")
     return p.parse_args(argv)
 
 
@@ -60,18 +69,18 @@ def build_net():
     return net
 
 
-def to_input(images):
-    """uint8 (N, 28, 28) NDArray -> normalized float32 (N, 1, 28, 28)."""
-    return ((images.astype("float32") - MEAN) / STD).expand_dims(axis=1)
+def to_input(images, dtype="float32"):
+    """uint8 (N, 28, 28) NDArray -> normalized ``dtype`` (N, 1, 28, 28)."""
+    return ((images.astype(dtype) - MEAN) / STD).expand_dims(axis=1)
 
 
-def evaluate(net, images, labels, batch_size):
+def evaluate(net, images, labels, batch_size, dtype="float32"):
     """(correct, seen) on this rank's share of the test set, summed over all ranks."""
     idx = eval_shard(len(labels), hvd.size(), hvd.rank())
     correct = 0
     for start in range(0, len(idx), batch_size):
         sel = idx[start:start + batch_size]
-        out = net(to_input(mx.nd.array(images[sel], dtype="uint8")))
+        out = net(to_input(mx.nd.array(images[sel], dtype="uint8"), dtype))
         correct += int((out.argmax(axis=1).asnumpy() == labels[sel]).sum())
     counts = mx.nd.array([correct, len(idx)], dtype="int64")
     counts = hvd.allreduce(counts, op=hvd.Sum, name="eval.counts").asnumpy()
@@ -100,11 +109,13 @@ def main(argv=None):
 
     net = build_net()
     net.initialize(mx.init.Xavier(magnitude=2.24))
+    net.cast(args.dtype)
     net.hybridize(static_alloc=True, static_shape=True)
     trainer = hvd.DistributedTrainer(
         net.collect_params(), "sgd",
         {"learning_rate": args.lr * size, "momentum": args.momentum, "wd": args.wd},
-        compression=hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none)
+        compression=hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none,
+        gradient_predivide_factor=args.gradient_predivide_factor)
 
     start_epoch = 0
     if args.resume and args.checkpoint_dir:
@@ -127,13 +138,13 @@ def main(argv=None):
             from tqdm import tqdm
             progress = tqdm(total=steps, desc="epoch %d" % (epoch + 1), unit="step",
                             leave=False, file=sys.stdout)
-        loss_sum = mx.nd.zeros((1,))
+        loss_sum = mx.nd.zeros((1,), dtype=args.dtype)
         tic = time.time()
         for step, (images, labels) in enumerate(loader):
             if step == steps:
                 break
             with autograd.record():
-                loss = loss_fn(net(to_input(images)), labels)
+                loss = loss_fn(net(to_input(images, args.dtype)), labels)
             loss.backward()
             trainer.step(args.batch_size)
             loss_sum += loss.sum()
@@ -149,7 +160,7 @@ def main(argv=None):
         elapsed = time.time() - tic
         if progress is not None:
             progress.close()
-        correct, seen = evaluate(net, test_x, test_y, 500)
+        correct, seen = evaluate(net, test_x, test_y, 500, args.dtype)
         acc = correct / float(seen)
         if rank == 0:
             ips = steps * args.batch_size * size / elapsed
@@ -157,7 +168,7 @@ def main(argv=None):
                   "(%d ranks, %.0f per rank), %.1f s"
                   % (epoch + 1, mean_loss, acc, correct, seen, ips, size, ips / size, elapsed),
                   flush=True)
-        if args.checkpoint_dir and ((epoch + 1) % args.save_every == 0
+        if args.checkpoint_dir and ((args.save_every > 0 and (epoch + 1) % args.save_every == 0)
                                     or epoch + 1 == args.epochs):
             save_checkpoint(args.checkpoint_dir, "mnist", epoch + 1, net=net, trainer=trainer)
     if rank == 0:

@@ -86,6 +86,18 @@ def test_mnist_subset_two_ranks_with_loader_workers():
 
 
 @needs_mnist
+def test_mnist_takes_horovods_example_flags():
+    # The command line of Horovod's examples/mxnet/mxnet_mnist.py: float64 training, a
+    # gradient predivide factor (the same mean gradient), --no-cuda.
+    out = example(2, "mxnet_mnist.py", ["--epochs", "1", "--train-limit", "6000",
+                                        "--test-limit", "1000", "--no-progress", "--dtype",
+                                        "float64", "--gradient-predivide-factor", "2",
+                                        "--no-cuda"])
+    acc = float(re.search(r"test accuracy ([\d.]+) \((\d+)/1000\)", out).group(1))
+    assert acc > 0.85, out[-3000:]
+
+
+@needs_mnist
 def test_mnist_from_idx_files(tmp_path):
     tx, ty, sx, sy, _ = mnist_data.load_mnist()
     for stem, arr in (("train-images-idx3-ubyte.gz", tx[:1024]),
@@ -152,6 +164,24 @@ def test_resnet50_on_real_photos_loss_decreases(tmp_path, mode):
     assert len(losses) == 4 and all(np.isfinite(losses)), out[-3000:]
     assert losses[-1] < losses[0], losses
     assert "val accuracy" in out and "2 steps per epoch" in out
+
+
+@pytest.mark.parametrize("mode", ["gluon", "module"])
+def test_resnet50_takes_horovods_example_flags(tmp_path, mode):
+    # The command line of Horovod's examples/mxnet/mxnet_imagenet_resnet50.py.
+    pytest.importorskip("gluoncv")
+    rec = _foolbox_rec(tmp_path)
+    idx = str(tmp_path / "photos.idx")
+    out = example(2, "mxnet_imagenet_resnet50.py", [
+        "--mode", mode, "--use-rec", "--rec-train", rec, "--rec-train-idx", idx,
+        "--rec-val", rec, "--rec-val-idx", idx, "--batch-size", "5", "--num-epochs", "1",
+        "--lr", "0.001", "--lr-mode", "step", "--lr-decay", "0.1", "--lr-decay-epoch", "40,60",
+        "--warmup-lr", "0.0", "--warmup-epochs", "0", "--model", "resnet50_v1", "--dtype",
+        "float32", "--no-cuda", "--gradient-predivide-factor", "2", "--data-nthreads", "1",
+        "--save-frequency", "0", "--num-examples", "20", "--image-size", "32"])
+    losses = epoch_losses(out)
+    assert len(losses) == 1 and np.isfinite(losses[0]), out[-3000:]
+    assert "val accuracy" in out
 
 
 @pytest.mark.parametrize("mode", ["module"])  # gluon resume: the MNIST test above
