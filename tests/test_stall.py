@@ -1,11 +1,15 @@
 """Stall inspector on 2 ranks: rank 0's repeated warning names the tensor and the missing
 rank (new names and names agreed through the response cache); past the stall shutdown time
 every rank's pending operations fail naming them, and the processes end normally."""
+import os
 import re
+import sys
 
 import pytest
 
-from mpirun import run_ranks
+from mpirun import WORKERS, run_ranks
+
+GUARD = os.path.join(os.path.dirname(WORKERS), "..", "mxhorovod", "rank_guard.py")
 
 LINE = re.compile(r"^\[(\d+)\]<(\w+)> \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} mxhorovod: (.*)$")
 
@@ -152,3 +156,22 @@ def test_a_stopped_rank_is_reported_by_its_peers_then_recovers():
     ends = [m for rank, level, m in lines if "completed after" in m]
     assert len(ends) == 1 and "every rank answers again" in ends[0], out
     assert all(rank == "0" and level == "warning" for rank, level, _ in lines), out
+
+
+@pytest.mark.parametrize("np_, mode, guard", [(2, "raise", False), (3, "os_exit", False),
+                                              (2, "raise", True)])
+def test_a_rank_that_exits_before_init_fails_the_others_init(np_, mode, guard):
+    # A rank that ended before hvd.init() (an exception at import, os._exit) left the
+    # others in init() forever, warning every 30 s that they still waited: Hydra ends a
+    # job only when a rank that started MPI exits. Their init() now raises within seconds,
+    # naming the rank (the worker checks the text and the time), also with each rank
+    # started under the rank guard (one process more between mpirun and the rank).
+    prefix = [sys.executable, GUARD] if guard else []
+    proc = run_ranks(np_, "init_exited_peer.py", [mode], timeout=120, expect_ok=False, prefix=prefix)
+    out = proc.stdout
+    for r in range(np_ - 1):
+        assert "RANK %d OK" % r in out, out
+    if mode == "raise":
+        assert "a script failing on rank %d before hvd.init()" % (np_ - 1) in out, out
+        assert proc.returncode != 0, out
+    assert "has waited" not in out, out

@@ -1,12 +1,17 @@
 #include "launcher_check.h"
 
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
 #include <string>
+#include <vector>
 
 namespace mxhorovod {
 
@@ -56,6 +61,109 @@ void LauncherRankAndSize(int* rank, int* size) {
   }
   if (*rank < 0) *rank = EnvInt("PMIX_RANK");
   if (*rank < 0 || (*size >= 0 && *rank >= *size)) *size = -1;
+}
+
+
+namespace {
+// /proc/PID/stat: the command name, the state letter and the parent's pid.
+bool ReadStat(long pid, std::string* comm, char* state, long* ppid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(f, line)) return false;
+  const size_t open = line.find('('), close = line.rfind(')');
+  if (open == std::string::npos || close == std::string::npos || close < open) return false;
+  *comm = line.substr(open + 1, close - open - 1);
+  std::istringstream rest(line.substr(close + 1));
+  return static_cast<bool>(rest >> *state >> *ppid);
+}
+
+// A variable of another process's environment (-1: absent, unreadable or not a number).
+long EnvOf(long pid, const std::string& name) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+  std::string kv;
+  const std::string key = name + "=";
+  while (std::getline(f, kv, '\0')) {
+    if (kv.compare(0, key.size(), key) != 0) continue;
+    char* end = nullptr;
+    errno = 0;
+    long n = std::strtol(kv.c_str() + key.size(), &end, 10);
+    return (errno || *end || n < 0) ? -1 : n;
+  }
+  return -1;
+}
+
+std::string RankList(const std::vector<long>& ranks) {
+  std::string s;
+  for (long r : ranks) s += (s.empty() ? "" : ", ") + std::to_string(r);
+  return s;
+}
+}  // namespace
+
+std::string ExitedLocalRanks() {
+  const int local_n = EnvInt("MPI_LOCALNRANKS"), size = EnvInt("PMI_SIZE");
+  if (local_n <= 1 || size < local_n) return "";
+  // The proxy: the nearest ancestor named hydra_pmi_proxy (a few levels at most).
+  long pid = getppid(), proxy = -1;
+  for (int depth = 0; depth < 6 && pid > 1; ++depth) {
+    std::string comm;
+    char state = 0;
+    long ppid = 0;
+    if (!ReadStat(pid, &comm, &state, &ppid)) return "";
+    if (comm == "hydra_pmi_proxy") {
+      proxy = pid;
+      break;
+    }
+    pid = ppid;
+  }
+  if (proxy < 0) return "";
+  // Its children, over all its threads (the file lists one thread's children).
+  const std::string task_dir = "/proc/" + std::to_string(proxy) + "/task";
+  DIR* dir = opendir(task_dir.c_str());
+  if (!dir) return "";
+  std::vector<long> children;
+  bool readable = false;
+  while (dirent* e = readdir(dir)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream f(task_dir + "/" + e->d_name + "/children");
+    if (!f) continue;
+    readable = true;
+    long c;
+    while (f >> c) children.push_back(c);
+  }
+  closedir(dir);
+  if (!readable) return "";
+  int running = 0;
+  std::set<long> present_global, present_local;
+  for (long c : children) {
+    std::string comm;
+    char state = 0;
+    long ppid = 0;
+    if (!ReadStat(c, &comm, &state, &ppid) || state == 'Z' || state == 'X') continue;  // gone
+    ++running;
+    const long g = EnvOf(c, "PMI_RANK"), l = EnvOf(c, "MPI_LOCALRANKID");
+    if (g >= 0) present_global.insert(g);
+    if (l >= 0) present_local.insert(l);
+  }
+  if (running >= local_n) return "";
+  if (local_n == size) {  // every rank of the job runs here: the missing ones are known
+    std::vector<long> gone;
+    for (long r = 0; r < size; ++r) {
+      if (present_global.count(r)) continue;
+      gone.push_back(r);
+    }
+    if (gone.empty() || (int)present_global.size() != running) return "";  // some unreadable
+    return std::string(gone.size() == 1 ? "rank " : "ranks ") + RankList(gone) + " of " +
+           std::to_string(size) + (gone.size() == 1 ? " has" : " have") + " exited";
+  }
+  std::vector<long> gone;
+  for (long l = 0; l < local_n; ++l) {
+    if (!present_local.count(l)) gone.push_back(l);
+  }
+  std::string which = (int)present_local.size() == running && !gone.empty()
+                          ? std::string(gone.size() == 1 ? " (local rank " : " (local ranks ") + RankList(gone) + ")"
+                          : "";
+  return std::to_string(local_n - running) + " of the " + std::to_string(local_n) +
+         " ranks of this host" + which + (local_n - running == 1 ? " has" : " have") + " exited";
 }
 
 }  // namespace mxhorovod

@@ -1,6 +1,8 @@
 // Checks, before MPI starts, that this process can reach the launcher that started the job.
 #pragma once
 
+#include <string>
+
 #include "status.h"
 
 namespace mxhorovod {
@@ -18,5 +20,20 @@ Status CheckLauncherConnection();
 // OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE; PMIx: PMIX_RANK), -1 for what is not given
 // or not a number. Only for messages: MPI's own rank replaces it once MPI has started.
 void LauncherRankAndSize(int* rank, int* size);
+
+}  // namespace mxhorovod
+
+namespace mxhorovod {
+
+// The ranks of this host that have exited, as Hydra (MPICH's mpirun) shows them: it starts
+// every rank of a host at once as a child of one hydra_pmi_proxy (through wrappers such
+// as mxhorovod/rank_guard.py or `sh -c`, which end with the rank) and gives each
+// MPI_LOCALNRANKS, MPI_LOCALRANKID and PMI_RANK. A rank that ends before MPI has started
+// on every rank (an exception before hvd.init(), os._exit, a crash) leaves the others
+// waiting in init() forever: Hydra ends a job only when a rank that started MPI exits.
+// Returns "" while every rank of the host runs, or when this cannot be told (another
+// launcher, no /proc/PID/task/TID/children); else a text naming the exited ranks: the
+// job's ranks when every rank runs on this host, the host's local ranks otherwise.
+std::string ExitedLocalRanks();
 
 }  // namespace mxhorovod

@@ -68,6 +68,12 @@ struct State {
   std::string init_waiting_for;
   int init_waiting_rank = -1;
   int init_waiting_size = -1;
+  // While blocked in MPI_Init_thread, which waits for every rank of the job: Initialize
+  // looks whether a rank of this host has exited meanwhile (WaitForStart).
+  bool init_watch = false;
+  // Set when init() gave up waiting for a rank that had exited: the background thread is
+  // left blocked in MPI for good (detached), and init() refuses with this text from then on.
+  std::string start_abandoned;
 };
 
 
@@ -144,6 +150,19 @@ Status BuildTopology(MPI_Comm comm, Topology* t, HostComms* hc) {
 // this rank waits for. It keeps waiting: a peer may legitimately reach init() late.
 constexpr double kInitWarnS = 30;
 
+// How often a rank waiting in init() looks whether a rank of its host has exited.
+constexpr auto kExitLook = std::chrono::seconds(1);
+
+// init()'s error when a rank it waits for has exited (`gone`: ExitedLocalRanks's text).
+std::string ExitedAtInit(const std::string& gone, int rank, int size) {
+  std::string who = rank >= 0 ? "rank " + std::to_string(rank) : "this rank";
+  if (rank >= 0 && size > 0) who += " of " + std::to_string(size);
+  return "init(): " + gone + " before calling hvd.init(), while " + who +
+         " waited for it there; every rank of the job must call hvd.init(), so this rank "
+         "stops waiting. Look at the output of the exited rank for why it ended (an exception, "
+         "sys.exit or os._exit before hvd.init(), a crash)";
+}
+
 // The interval of init()'s warnings, as a clock duration: at most a day, so that a huge
 // HOROVOD_STALL_CHECK_TIME_SECONDS (up to 1e15 s) cannot overflow the clock's nanoseconds.
 std::chrono::steady_clock::duration InitWarnInterval(const StallSettings& stall) {
@@ -205,11 +224,13 @@ Status StartMPI(int64_t comm_f2c, const std::vector<int>& ranks, bool hierarchic
       st.init_waiting_size = env_size;
       st.init_waiting_for = "the other ranks to call hvd.init() (every rank of the job must; "
                             "still waiting)";
+      st.init_watch = true;
     }
     s = MPICheck(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
     {
       std::lock_guard<std::mutex> lk(st.mu);
       st.init_waiting_for.clear();
+      st.init_watch = false;
     }
     if (!s.ok()) return s;
     st.we_initialized_mpi = true;
@@ -262,6 +283,7 @@ Status StartMPI(int64_t comm_f2c, const std::vector<int>& ranks, bool hierarchic
     {
       std::lock_guard<std::mutex> lk(st.mu);
       st.init_waiting_for.clear();
+      st.init_watch = false;
     }
     MPI_Group_free(&pgroup);
     MPI_Group_free(&group);
@@ -707,12 +729,27 @@ void BackgroundLoop(StartArgs args) {
 // blocked in MPI_Comm_create_group (init with a list of ranks, see StartMPI), says so every
 // HOROVOD_STALL_CHECK_TIME_SECONDS (at least kInitWarnS), as WaitForPeersAtInit does for
 // init() without a list. It keeps waiting: a listed rank may legitimately come late.
-void WaitForStart(std::unique_lock<std::mutex>& lk, const Config& cfg) {
+Status WaitForStart(std::unique_lock<std::mutex>& lk, const Config& cfg) {
   State& st = S();
   const auto start = std::chrono::steady_clock::now();
   const auto every = InitWarnInterval(cfg.stall);
   auto next = start + every;
-  while (!st.cv.wait_until(lk, next, [&] { return st.started; })) {
+  for (;;) {
+    const auto wake = std::min<std::chrono::steady_clock::time_point>(
+        next, std::chrono::steady_clock::now() + kExitLook);
+    if (st.cv.wait_until(lk, wake, [&] { return st.started; })) return Status::OK();
+    if (st.init_watch) {
+      // MPI_Init_thread cannot be left, and a rank that exited before starting MPI leaves
+      // it blocked forever: Hydra ends a job only when a rank that started MPI exits. (Once
+      // MPI has started on every rank, a rank that exits without MPI_Finalize ends the
+      // job, and one in MPI_Finalize, mpi4py's at exit, still runs: neither is seen here.)
+      const int rank = st.init_waiting_rank, size = st.init_waiting_size;
+      lk.unlock();
+      const std::string gone = ExitedLocalRanks();
+      lk.lock();
+      if (!gone.empty() && !st.started) return Status::PreconditionError(ExitedAtInit(gone, rank, size));
+    }
+    if (std::chrono::steady_clock::now() < next) continue;
     next += every;
     if (!cfg.stall.enabled || st.init_waiting_for.empty()) continue;
     const auto waited = std::chrono::steady_clock::now() - start;
@@ -730,6 +767,7 @@ Status Initialize(int64_t comm_f2c, const std::vector<int>& ranks,
   State& st = S();
   std::unique_lock<std::mutex> lk(st.mu);
   if (st.running) return Status::OK();
+  if (!st.start_abandoned.empty()) return Status::PreconditionError(st.start_abandoned);
   if (st.thread.joinable() && !st.stop_reason.empty()) {
     // Stopped by a peer (or an error) and not shut down here since: the peers may be gone,
     // and starting again alone would wait for them forever.
@@ -762,7 +800,14 @@ Status Initialize(int64_t comm_f2c, const std::vector<int>& ranks,
   std::call_once(atfork, [] { pthread_atfork(nullptr, nullptr, [] { S().forked_child = true; }); });
   st.exit_wait_s = std::min(kExitWaitS, cfg.stall.enabled ? cfg.stall.check_s : kExitWaitS);
   st.thread = std::thread(BackgroundLoop, StartArgs{comm_f2c, ranks, process_sets, cfg, cfg_error});
-  WaitForStart(lk, cfg);
+  const Status waited = WaitForStart(lk, cfg);
+  if (!waited.ok()) {
+    // The background thread is blocked in MPI for good: leave it there (a join would wait
+    // forever), and let the process end with init()'s error.
+    st.thread.detach();
+    st.start_abandoned = waited.reason();
+    return waited;
+  }
   if (!st.start_status.ok()) {
     lk.unlock();
     st.thread.join();

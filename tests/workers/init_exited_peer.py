@@ -1,0 +1,41 @@
+"""The last rank ends before hvd.init() (argv[1]: 'raise', an unhandled exception before it
+imports mxhorovod; 'os_exit', os._exit(0)): the other ranks waited in init() forever (in
+MPI_Init_thread, which waits for every rank of the job; Hydra ends a job only when a rank
+that started MPI exits), warning every 30 s that they still wait. Now their init() raises,
+within seconds, naming the exited rank; they check the text, print RANK <r> OK and end
+normally (the exit must not wait for the background thread, left blocked in MPI)."""
+import os
+import sys
+import time
+
+mode = sys.argv[1]
+world_rank, world_size = int(os.environ["PMI_RANK"]), int(os.environ["PMI_SIZE"])
+last = world_size - 1
+if world_rank == last:
+    if mode == "raise":
+        raise RuntimeError("a script failing on rank %d before hvd.init()" % world_rank)
+    os._exit(0)
+
+import mxhorovod as hvd  # noqa: E402
+
+t0 = time.time()
+try:
+    hvd.init()
+except ValueError as e:
+    text = str(e)
+else:
+    raise AssertionError("init() returned with rank %d gone" % last)
+waited = time.time() - t0
+want = "init(): rank %d of %d has exited before calling hvd.init(), while rank %d of %d waited" % (
+    last, world_size, world_rank, world_size)
+assert want in text, text
+assert waited < 20, waited
+# Later calls say the same instead of starting again (the thread is still blocked in MPI).
+try:
+    hvd.init()
+except ValueError as e:
+    assert want in str(e), str(e)
+else:
+    raise AssertionError("a second init() returned")
+assert not hvd.is_initialized()
+print("RANK %d OK (init() failed after %.1f s)" % (world_rank, waited), flush=True)
