@@ -121,6 +121,14 @@ def test_a_child_forked_after_init_exits_without_stopping_the_parent():
     run_ranks(2, "exit_order.py", ["fork"], timeout=120)
 
 
+@pytest.mark.parametrize("mode", ["parent_first", "child_first"])
+def test_a_process_forked_before_init_cannot_start_mpi_twice_on_one_rank(mode):
+    # A child forked before hvd.init() inherits mpirun's connection: init() in it and in
+    # the rank ended the job in MPI_Init_thread (UCX "failed to unpack address", then
+    # MPI_Abort). The second one's init() now raises naming the first.
+    run_ranks(2, "fork_before_init.py", [mode], timeout=120)
+
+
 def test_a_forked_child_that_fails_ends_alone_and_is_not_called_the_rank():
     # A DataLoader's pool ends its workers by SIGTERM: each printed "rank 1 (pid <the
     # rank's>) got SIGTERM; it dies of it and the launcher ends the job". An unhandled

@@ -1,13 +1,17 @@
 #include "launcher_check.h"
 
 #include <dirent.h>
+#include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <new>
 #include <set>
 #include <sstream>
 #include <string>
@@ -38,6 +42,40 @@ Status CheckLauncherConnection() {
       "with 'spawn' or 'forkserver', or a subprocess), and cannot join the job. Call hvd.init() "
       "in the processes mpirun starts only (in a script that multiprocessing imports again, "
       "under `if __name__ == \"__main__\":`)");
+}
+
+namespace {
+// The pid of the process of this fork family that started MPI on the launcher's connection
+// (0: none yet), in a page shared with every process forked from this one after the module
+// was loaded (MAP_SHARED survives fork; exec and a fresh interpreter start their own).
+std::atomic<int32_t>* LauncherClaim() {
+  static std::atomic<int32_t>* const claim = [] {
+    void* p = mmap(nullptr, sizeof(std::atomic<int32_t>), PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? nullptr : new (p) std::atomic<int32_t>(0);
+  }();
+  return claim;
+}
+// Made at load (import), before the script can fork.
+const bool kClaimMade = LauncherClaim() != nullptr;
+}  // namespace
+
+Status ClaimLauncherConnection() {
+  const char* v = std::getenv("PMI_FD");
+  std::atomic<int32_t>* claim = LauncherClaim();
+  if (!v || !*v || !claim) return Status::OK();
+  int32_t owner = 0;
+  const int32_t me = (int32_t)getpid();
+  if (claim->compare_exchange_strong(owner, me) || owner == me) return Status::OK();
+  const bool alive = kill(owner, 0) == 0 || errno == EPERM;
+  return Status::PreconditionError(
+      "hvd.init(): this rank's connection to mpirun (PMI_FD=" + std::string(v) + ") was " +
+      "already used to start MPI by process " + std::to_string(owner) + (alive ? "" : " (since exited)") +
+      ", and this process (pid " + std::to_string(me) + ", parent " + std::to_string(getppid()) +
+      ") shares it: one of them was forked from the other before hvd.init() (os.fork(), "
+      "multiprocessing with 'fork', a DataLoader worker). MPI can start once per rank (a second "
+      "start on the same connection ended the job in MPI_Init_thread): call hvd.init() in one "
+      "process per rank, before forking or in the forked process only");
 }
 
 namespace {

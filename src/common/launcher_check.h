@@ -15,6 +15,14 @@ namespace mxhorovod {
 // variable when PMI_FD is set and is not an open socket here; OK otherwise.
 Status CheckLauncherConnection();
 
+// Hydra's connection (PMI_FD) is inherited by a process forked from the rank before
+// hvd.init() (os.fork, multiprocessing with 'fork', a DataLoader worker); MPI_Init in both
+// that child and the rank ended the job in MPI_Init_thread (UCX "failed to unpack
+// address", then MPI_Abort). The first of the processes forked from one another (after
+// mxhorovod was imported) to start MPI claims the connection; returns an error naming the
+// owner when another one has, OK otherwise (and when PMI_FD is not set).
+Status ClaimLauncherConnection();
+
 // This process's rank and the job's size as the launcher gave them in the environment,
 // before MPI starts (MPICH/Hydra and Intel MPI: PMI_RANK, PMI_SIZE; Open MPI:
 // OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE; PMIx: PMIX_RANK), -1 for what is not given

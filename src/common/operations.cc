@@ -209,6 +209,7 @@ Status StartMPI(int64_t comm_f2c, const std::vector<int>& ranks, bool hierarchic
   int provided = 0;
   if (!inited) {
     auto s = CheckLauncherConnection();
+    if (s.ok()) s = ClaimLauncherConnection();
     if (!s.ok()) return s;
     // MPI_Init_thread itself waits for every rank of the job to start MPI (MPICH's PMI
     // exchange), so a script calling hvd.init() on some ranks only (and not importing
