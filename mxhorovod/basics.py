@@ -113,6 +113,8 @@ def _init(comm, process_sets):
     rank_, size_, local_rank_, local_size_ = _core.topology()[:4]
     log.set_rank(rank_)
     failures.install(rank_, size_)
+    if size_ > 1:  # mpirun kills the peers when this rank ends without finalizing MPI
+        failures.note_to_guard(b"I")
     logger.info("rank %d of %d (local rank %d of %d): pid %d on %s", rank_, size_, local_rank_,
                 local_size_, os.getpid(), socket.gethostname())
 
@@ -157,6 +159,7 @@ def _at_exit():
     if getattr(sys, "last_value", None) is None:
         _let_called_collectives_run("exit")
     _core.finalize_mpi()
+    failures.note_to_guard(b"E")
 
 
 def _let_called_collectives_run(what):

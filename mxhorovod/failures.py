@@ -37,6 +37,24 @@ __all__ = ["install"]
 _state = {"installed": False, "rank": None, "previous": None, "pid": None}
 
 
+def note_to_guard(note):
+    """Tells mxhorovod/rank_guard.py, when it started this rank, how the rank stands: b'I'
+    MPI runs (init), b'E' finalized by the exit handler, b'A' the excepthook's MPI_Abort
+    follows. Only from the process that called init() (a forked child shares the pipe)."""
+    fd = os.environ.get("MXHOROVOD_GUARD_FD", "")
+    if not fd.isdigit() or (note != b"I" and _guard["pid"] != os.getpid()):
+        return
+    try:
+        os.write(int(fd), note)
+    except OSError:  # closed or replaced by the script: the guard then says nothing
+        return
+    if note == b"I":
+        _guard["pid"] = os.getpid()
+
+
+_guard = {"pid": None}
+
+
 def _excepthook(exc_type, exc, tb):
     previous = _state["previous"] or sys.__excepthook__
     if os.getpid() != _state["pid"]:
@@ -56,6 +74,7 @@ def _excepthook(exc_type, exc, tb):
                 stream.flush()
             except Exception:  # a closed or replaced stream must not stop the abort
                 pass
+        note_to_guard(b"A")
         _core.abort_job(1)
 
 

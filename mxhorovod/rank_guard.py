@@ -16,7 +16,15 @@ descriptors, so MPI starts as usual) and waits for it:
   ``[1]<error> 2024-05-01 12:00:03.125 mxhorovod: rank 1 (pid 4242 on host) was killed by
   SIGKILL (signal 9); mpirun ends the job`` and then dies of the same signal, so mpirun sees
   what it would have seen without the guard;
-- the rank exits: the guard exits with the same code;
+- the rank exits: the guard exits with the same code; but when MPI was running in it and it
+  ended without mxhorovod's exit (``os._exit()``, or an end that skips Python's exit
+  handlers), mpirun kills every other rank by SIGKILL, with no word from them, and the job
+  "succeeded" when that code was 0: the guard prints ``[1]<error> ... rank 1 (pid 4242 on
+  host) exited with code 0 while MPI was running in it, without finalizing it ...`` and
+  exits with code 1 instead of 0 (the rank tells the guard through a pipe, whose number
+  is in MXHOROVOD_GUARD_FD: ``I`` when ``hvd.init()`` has started, ``E`` after its exit
+  handler finalized MPI, ``A`` before an unhandled exception's MPI_Abort, which reports
+  itself);
 - the guard itself is killed (mpirun's cleanup after another rank died): the kernel kills
   the rank with it (PR_SET_PDEATHSIG), and nothing is printed for it.
 
@@ -64,13 +72,33 @@ def _die_with_parent(parent):
         os._exit(1)
 
 
+def _last_note(fd):
+    """The last note the rank wrote (b'I', b'E', b'A'), b'' for none."""
+    data = b""
+    try:
+        while True:
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                break
+            data += chunk
+    except BlockingIOError:  # a child of the rank still holds the write end
+        pass
+    return data[-1:]
+
+
 def main(argv):
     if not argv or argv[0] in ("-h", "--help"):
         sys.stderr.write(__doc__)
         return 0 if argv else 2
     guard = os.getpid()
+    notes, notes_w = os.pipe()  # the rank's notes: see the docstring
+    os.set_inheritable(notes_w, True)
+    os.set_blocking(notes, False)  # the rank's own children may keep the write end open
+    env = dict(os.environ, MXHOROVOD_GUARD_FD=str(notes_w))
     # close_fds=False: the rank needs the launcher's descriptors (PMI_FD and the like).
-    child = subprocess.Popen(argv, close_fds=False, preexec_fn=lambda: _die_with_parent(guard))
+    child = subprocess.Popen(argv, close_fds=False, env=env,
+                             preexec_fn=lambda: _die_with_parent(guard))
+    os.close(notes_w)
     for sig in _FORWARDED:
         signal.signal(sig, lambda s, _frame: child.send_signal(s))
     while True:
@@ -80,7 +108,19 @@ def main(argv):
         except InterruptedError:  # a forwarded signal interrupted the wait
             continue
     if code >= 0:
-        return code
+        state = _last_note(notes)
+        if state != b"I":
+            return code
+        text = _line("rank %s (pid %d on %s) exited with code %d while MPI was running in it, "
+                     "without finalizing it (os._exit(), or an end that skipped Python's exit "
+                     "handlers, after hvd.init()): mpirun kills the other ranks (SIGKILL, "
+                     "nothing printed by them)%s" % (
+                         _rank(), child.pid, socket.gethostname(), code,
+                         "; this guard exits with code 1, not 0" if code == 0 else ""))
+        if text:
+            sys.stderr.write(text)
+            sys.stderr.flush()
+        return code or 1
     sig = -code
     try:
         name = signal.Signals(sig).name

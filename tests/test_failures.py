@@ -98,6 +98,23 @@ def test_sigkill_under_the_rank_guard_names_the_rank():
     assert len(re.findall("was killed by", out)) == 1 and "Traceback" not in out, out
 
 
+def test_rank_guard_names_a_rank_that_ended_without_finalizing_mpi():
+    # os._exit(0) on rank 1 after init(): mpirun killed rank 0 (SIGKILL) in its collective
+    # and the job exited 0 without a word. Under the guard, rank 1's guard names it and
+    # exits 1. An unhandled exception reports itself (MPI_Abort): no second line.
+    proc = run_ranks(2, "exit_without_finalize.py", ["os_exit"], timeout=120, expect_ok=False,
+                     prefix=[sys.executable, GUARD])
+    assert proc.returncode != 0, proc.stdout
+    assert re.search(r"\[1\]<error> .*rank 1 \(pid \d+ on [^)]+\) exited with code 0 while MPI "
+                     r"was running in it, without finalizing it", proc.stdout), proc.stdout
+    assert "RANK 0 OK" not in proc.stdout, proc.stdout
+    proc = run_ranks(2, "exit_without_finalize.py", ["raise"], timeout=120, expect_ok=False,
+                     prefix=[sys.executable, GUARD])
+    assert proc.returncode != 0, proc.stdout
+    assert "failed with an unhandled RuntimeError" in proc.stdout, proc.stdout
+    assert "without finalizing it" not in proc.stdout, proc.stdout
+
+
 def test_rank_guard_is_transparent_for_a_normal_job():
     # Same exit code, MPI through the guard's inherited descriptors, values checked.
     worker = os.path.join(WORKERS, "ops_peer_shutdown.py")
