@@ -323,17 +323,19 @@ def _reduction(op, average, prescale_factor, postscale_factor, priority, name, w
             _factor(postscale_factor, "postscale_factor", name), _priority(priority, name))
 
 
-def _check_list(tensors, what):
-    """Checks a list of distinct NDArrays; returns its length (an empty list never gets
-    here: see :func:`_empty_group`)."""
+def _check_list(tensors, what, in_place=False):
+    """Checks a list of NDArrays, distinct when the call writes them (``in_place``); returns
+    its length (an empty list never gets here: see :func:`_empty_group`). An out-of-place
+    call may read one array twice, or views of one buffer, as Horovod does."""
     if not isinstance(tensors, (list, tuple)):
         raise InvalidArgumentError("%s expects a list of NDArrays, got %s" % (what, type(tensors).__name__))
     ndarray = mx.nd.NDArray
     for t in tensors:
         if not isinstance(t, ndarray):
             _check_ndarray(t, what)  # raises, naming the type
-    if len(set(map(id, tensors))) != len(tensors):
-        raise InvalidArgumentError("%s: the same NDArray appears twice in the list" % what)
+    if in_place and len(set(map(id, tensors))) != len(tensors):
+        raise InvalidArgumentError("%s: the same NDArray appears twice in the list (in place: "
+                                   "each array is written)" % what)
     return len(tensors)
 
 
@@ -373,7 +375,7 @@ def _grouped(tensors, outputs, average, name, priority, prescale_factor, postsca
     pid = _ps_id(process_set, what)
     base = _name("grouped_allreduce", name, pid)
     try:  # this rank's checks: a refusal fails the peers' call too (_refuse)
-        _check_list(tensors, what)
+        _check_list(tensors, what, in_place=outputs is not None)
         op, pre, post, priority = _reduction(op, average, prescale_factor, postscale_factor,
                                              priority, base, what)
         if outputs is None:
@@ -394,10 +396,12 @@ def grouped_allreduce(tensors, average=None, name=None, priority=0, prescale_fac
     """:func:`allreduce` of a list of NDArrays as one engine operation (they are
     negotiated together and fused). Tensor i is named '<name>.<i>'. Returns new NDArrays.
 
+    The list may hold one array twice, or views of one buffer (``x[0:2]``, ``x[4:6]``):
+    they are only read.
+
     Raises:
-        ValueError: not a list, or the same array twice. An empty list returns [] at once
-        (the peers' call of the same name fails if they passed tensors; see
-        :func:`_empty_group`).
+        ValueError: not a list. An empty list returns [] at once (the peers' call of the
+        same name fails if they passed tensors; see :func:`_empty_group`).
     """
     return _grouped(tensors, None, average, name, priority, prescale_factor, postscale_factor,
                     op, "grouped_allreduce", process_set)
@@ -405,7 +409,12 @@ def grouped_allreduce(tensors, average=None, name=None, priority=0, prescale_fac
 
 def grouped_allreduce_(tensors, average=None, name=None, priority=0, prescale_factor=1.0,
                        postscale_factor=1.0, process_set=global_process_set, op=None):
-    """In-place :func:`grouped_allreduce`; returns ``tensors``."""
+    """In-place :func:`grouped_allreduce`; returns ``tensors``.
+
+    Raises:
+        ValueError: as :func:`grouped_allreduce`, and the same array twice or views of one
+        buffer (``x[0:2]``, ``x[4:6]``) in the list: each is written.
+    """
     _grouped(tensors, tensors, average, name, priority, prescale_factor, postscale_factor, op,
              "grouped_allreduce_", process_set)
     return tensors
@@ -553,9 +562,9 @@ def grouped_allgather(tensors, name=None, priority=0, process_set=global_process
     for all of them). Tensor i is named '<name>.<i>'. Returns a list of new NDArrays.
 
     Raises:
-        InvalidArgumentError: not a list, or the same array twice (on this rank); on every
-            rank, as for :func:`allgather`, and when the ranks passed different numbers of
-            tensors. An empty list returns [] at once; where the peers passed tensors,
+        InvalidArgumentError: not a list (on this rank; one array twice, or views of one
+            buffer, are fine: they are only read); on every rank, as for
+            :func:`allgather`, and when the ranks passed different numbers of tensors. An empty list returns [] at once; where the peers passed tensors,
             their call fails naming this rank and both lengths.
     """
     return _grouped_allgather(tensors, name, priority, process_set, _what)[0]

@@ -161,25 +161,49 @@ int Grouped(OpType type, void** inputs, void** outputs, int num, const Names& na
     }
     op->tensors.push_back(std::move(t));
   }
-  // The engine hangs on an array listed twice; refuse a handle given twice (the Python
-  // layer also refuses the same NDArray object twice). Sorted, not pairwise: a group may
-  // hold thousands of tensors.
+  // The engine hangs on an array written twice, or read and written, by one operation:
+  // refuse a buffer that one tensor writes (an output, or an in-place tensor) and another
+  // tensor reads or writes (the Python layer also refuses the same NDArray object twice in
+  // an in-place call). Inputs that are only read may share a buffer (x[0:2] and x[4:6], or
+  // x twice, out of place, as Horovod reads them): Push lists each buffer once. Sorted, not
+  // pairwise: a group may hold thousands of tensors.
   if (num > 1) {
-    std::vector<std::pair<const void*, int>> chunks;  // (chunk, tensor index)
+    struct Use {
+      const void* chunk;
+      int tensor;
+      bool written;
+      bool operator<(const Use& o) const {
+        return chunk != o.chunk ? chunk < o.chunk : tensor < o.tensor;
+      }
+    };
+    std::vector<Use> chunks;
     chunks.reserve(2 * num);
     for (int i = 0; i < num; ++i) {
-      chunks.emplace_back(ChunkIdentity(inputs[i]), i);
-      if (!op->tensors[i].in_place) chunks.emplace_back(ChunkIdentity(outputs[i]), i);
+      const bool in_place = op->tensors[i].in_place;
+      chunks.push_back({ChunkIdentity(inputs[i]), i, in_place});
+      if (!in_place) chunks.push_back({ChunkIdentity(outputs[i]), i, true});
     }
     std::sort(chunks.begin(), chunks.end());
-    for (size_t k = 1; k < chunks.size(); ++k) {
-      if (chunks[k].first == chunks[k - 1].first) {
-        int i = chunks[k].second, j = chunks[k - 1].second;
-        if (i == j) continue;  // input and output of one tensor: refused in MakeTensor
-        if (i < j) std::swap(i, j);
-        return refuse(Status::InvalidArgument(kind() + ": '" + names.str(i) + "' and '" +
-                                            names.str(j) + "' are the same array or views of one buffer"));
+    for (size_t a = 0; a < chunks.size();) {
+      size_t b = a + 1;
+      bool written = chunks[a].written;
+      while (b < chunks.size() && chunks[b].chunk == chunks[a].chunk) written |= chunks[b++].written;
+      // [a, b): the uses of one buffer, by tensor index. Input and output of one tensor
+      // were refused in MakeTensor.
+      if (written && chunks[b - 1].tensor != chunks[a].tensor) {
+        int i = chunks[a].tensor, j = chunks[a].tensor;
+        for (size_t k = a; k < b; ++k) {
+          if (chunks[k].tensor != i) {
+            j = chunks[k].tensor;
+            break;
+          }
+        }
+        return refuse(Status::InvalidArgument(
+            kind() + ": '" + names.str(j) + "' and '" + names.str(i) +
+            "' are the same array or views of one buffer, which this call writes (in place: "
+            "pass separate arrays, or one array)"));
       }
+      a = b;
     }
     // The core matches tensors by name: one name twice (C callers, or a list of names
     // from Python) could not be told apart.

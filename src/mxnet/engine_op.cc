@@ -310,10 +310,19 @@ Status Push(std::unique_ptr<EngineOp> op, int priority, const char* opr_name) {
   int num_reads = 0, num_writes = 0;
   for (auto& t : op->tensors) {
     // Never list one array as both read and write: the engine would wait on itself.
-    if (!t.in_place) reads[num_reads++] = t.input;
     writes[num_writes++] = t.output;
     t.input_chunk = ChunkIdentity(t.input);
     if (!t.in_place) t.output_chunk = ChunkIdentity(t.output);
+  }
+  // Each buffer read once: out-of-place inputs may be views of one buffer (or one array
+  // twice), which Grouped accepts when nothing writes it.
+  if (n == 1) {
+    if (!op->tensors[0].in_place) reads[num_reads++] = op->tensors[0].input;
+  } else {
+    std::unordered_set<const void*> seen;
+    for (auto& t : op->tensors) {
+      if (!t.in_place && seen.insert(t.input_chunk).second) reads[num_reads++] = t.input;
+    }
   }
   int ctx[2] = {kCPUContext[0], kCPUContext[1]};
   int prop = kAsyncProperty;

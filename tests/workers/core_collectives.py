@@ -145,6 +145,43 @@ for i in range(5):
     close(gy[i].asnumpy(), np.full((i + 1, 2), sum(k + i for k in range(n)), "float32"), "float32", "grouped")
     close(gx[i].asnumpy(), np.full((i + 1, 2), n - 1 + i, "float32"), "float32", "grouped_")
 
+# Out-of-place grouped calls reading views of one buffer (rows of one array, one array
+# twice, a large array's halves: beyond the zero-copy size), as Horovod reads them: they
+# were refused ('views of one buffer'). Every buffer stays as it was; in place such a list
+# is still refused (each is written: the engine would wait on itself).
+parent_np = data(r, (6, 4), "float32", 77)
+parents = [data(k, (6, 4), "float32", 77) for k in range(n)]
+parent = mx.nd.array(parent_np)
+big_parent = mx.nd.ones((2, 40000)) * (r + 1)
+gv = hvd.grouped_allreduce([parent[0:2], parent[3], parent[4:6], parent, big_parent[0],
+                            big_parent[1], parent], op=hvd.Sum, name="grp.views")
+gav = hvd.grouped_allgather([parent[1:3], parent[1:3], parent[5]], name="grp.views.ag")
+grs = hvd.grouped_reducescatter([parent, parent[0:n]], op=hvd.Sum, name="grp.views.rs")
+psum = np.sum(parents, axis=0)
+for got, want in zip(gv, [psum[0:2], psum[3], psum[4:6], psum, np.full((40000,), n * (n + 1) / 2),
+                          np.full((40000,), n * (n + 1) / 2), psum]):
+    close(got.asnumpy(), want.astype("float32"), "float32", "grouped views")
+for got, want in zip(gav, [np.concatenate([p[1:3] for p in parents])] * 2 +
+                     [np.concatenate([p[5] for p in parents])]):
+    close(got.asnumpy(), want, "float32", "grouped allgather views")
+rows = [6 // n + (1 if q < 6 % n else 0) for q in range(n)]
+start = sum(rows[:r])
+close(grs[0].asnumpy(), psum[start:start + rows[r]], "float32", "grouped reducescatter views")
+close(grs[1].asnumpy(), psum[0:n][r:r + 1], "float32", "grouped reducescatter views")
+np.testing.assert_array_equal(parent.asnumpy(), parent_np)
+assert np.all(big_parent.asnumpy() == r + 1), "big parent written"
+twice = mx.nd.ones((3,)) * (r + 1)
+gt = hvd.grouped_allreduce([twice, twice], op=hvd.Sum, name="grp.twice")
+for got in gt:
+    close(got.asnumpy(), np.full((3,), n * (n + 1) / 2, "float32"), "float32", "grouped twice")
+for k, bad in enumerate(([parent[0:2], parent[4:6]], [twice, twice])):
+    try:
+        hvd.grouped_allreduce_(bad, op=hvd.Sum, name="grp.views.inplace.%d" % k)
+        raise AssertionError("in-place views of one buffer accepted")
+    except ValueError as e:
+        assert "views of one buffer" in str(e) or "twice" in str(e), str(e)
+np.testing.assert_array_equal(parent.asnumpy(), parent_np)
+
 # 500 small tensors in one step; one rank submits them in reverse order.
 order = list(range(500))
 if r == n - 1:
