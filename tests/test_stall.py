@@ -68,6 +68,24 @@ def test_different_calls_under_one_name_are_reported_as_such():
     assert "ranks 1 submitted allgather 'mixed.rows'" in hint[1].splitlines()[0], out
 
 
+def test_allgather_and_alltoall_in_different_orders_are_reported_as_such():
+    # Rank 0 calls allgather 'first' then alltoall 'second', rank 1 the other way round:
+    # each waits at the call for the other's size (as in Horovod), a hang. The warning adds
+    # a line naming both calls and the ranks, and past the shutdown time each rank's error
+    # says it too (the worker checks those). Shutdown at 3 s: a warning at 2 s still names
+    # both calls when one rank submitted its call late for the first.
+    out = run_ranks(2, "ops_stall.py", ["order"], timeout=240,
+                    env={"HOROVOD_STALL_CHECK_TIME_SECONDS": "1",
+                         "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "3"}).stdout
+    hint = out.split("Probably the ranks made their calls in different orders: ")
+    assert len(hint) >= 2, out
+    line = hint[1].splitlines()[0]
+    assert ("ranks 0 wait in allgather 'first' ('first.rows') while ranks 1 submitted alltoall "
+            "'second.splits'" in line or "ranks 1 wait in alltoall 'second' ('second.splits') "
+            "while ranks 0 submitted allgather 'first.rows'" in line), out
+    assert "same order on every rank" in line, out
+
+
 def test_shutdown_time_below_check_time_is_ignored_with_a_warning():
     # As in Horovod: no shutdown, a warning at start (rank 0 only); the late rank then
     # completes normally.

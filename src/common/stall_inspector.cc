@@ -79,6 +79,33 @@ std::unordered_map<std::string, std::string> StallInspector::SameCallHints(
                        "same collective call under one name";
     for (const auto& named : names) hints[named.first->name] = hint;
   }
+  // A size exchange ('<name>.rows' of an allgather, '<name>.splits' of an alltoall) stalled
+  // beside another call's name submitted by disjoint ranks: allgather and alltoall return
+  // only once every rank has sent its size, so each rank waits in its own first such call
+  // and never makes the next one: the ranks made their calls in different orders (a loop
+  // over a Python set or dict whose order differs by process). Horovod's allgather and
+  // alltoall wait at the call too.
+  for (const PendingName* x : stalled) {
+    auto cx = CallName(x->name);
+    if ((cx.second != 'r' && cx.second != 's') || hints.count(x->name)) continue;
+    for (const PendingName* y : stalled) {
+      if (y == x || hints.count(y->name) || CallName(y->name).first == cx.first ||
+          !Disjoint(x->ranks, y->ranks)) {
+        continue;
+      }
+      const char* kind = cx.second == 'r' ? "allgather" : "alltoall";
+      std::string hint =
+          "the ranks made their calls in different orders: ranks " + RankList(JobRanks(x->ranks)) +
+          " wait in " + kind + " '" + cx.first + "' ('" + x->name + "') while ranks " +
+          RankList(JobRanks(y->ranks)) + " submitted " + OpTypeName(y->op_type) + " '" + y->name +
+          "'; allgather and alltoall return only when every rank has sent its size, so "
+          "a rank waiting in one makes no later call: make them (and the calls around them) in "
+          "the same order on every rank";
+      hints[x->name] = hint;
+      hints[y->name] = hint;
+      break;
+    }
+  }
   return hints;
 }
 

@@ -76,7 +76,9 @@ class StallInspector {
  private:
   std::string Describe(const PendingName& p) const;
   // For stalled names of one call ('k', 'k.rows', 'k.splits', 'k.<i>') submitted by
-  // disjoint ranks: name -> a sentence saying the ranks made different calls under 'k'.
+  // disjoint ranks: name -> a sentence saying the ranks made different calls under 'k';
+  // for an allgather's or alltoall's size exchange stalled beside another call's name of
+  // disjoint ranks: a sentence saying the ranks made their calls in different orders.
   std::unordered_map<std::string, std::string> SameCallHints(
       const std::vector<const PendingName*>& stalled) const;
   std::vector<int> JobRanks(const std::vector<int>& set_ranks) const;

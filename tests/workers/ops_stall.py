@@ -5,6 +5,8 @@ warn: HOROVOD_STALL_CHECK_TIME_SECONDS=1. Rank 1 is 3.5 s late for a new name, t
       values after rank 0 warned about them.
 same_name: the same settings as shutdown; rank 0 calls allreduce 'mixed', rank 1 allgather
       'mixed': the errors say the ranks made different calls under one name.
+order: the same settings; rank 0 calls allgather 'first' then alltoall 'second', rank 1 the
+      other way round: the errors say the ranks made their calls in different orders.
 shutdown: HOROVOD_STALL_CHECK_TIME_SECONDS=1, HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=2. Each
       rank waits on a name the other never submits (plus rank 0 on a cached name): every
       pending operation fails on its rank with an error naming it and the missing rank,
@@ -85,6 +87,25 @@ elif mode == "same_name":
             raise AssertionError("allgather 'mixed' met an allreduce")
         except MXNetError as e:
             assert hint in str(e) and "ranks 0 submitted allreduce 'mixed'" in str(e), str(e)
+    assert not hvd.is_initialized()
+elif mode == "order":
+    # Rank 0 calls allgather 'first' then alltoall 'second', rank 1 the other way round
+    # (a loop over a set whose order differs by process): allgather and alltoall return
+    # only when every rank has sent its size, so each rank waits in its own first call (a
+    # hang, as in Horovod, before the stall shutdown). The warning and each rank's error
+    # say that the ranks made their calls in different orders.
+    hint = "the ranks made their calls in different orders"
+    calls = [lambda: hvd.allgather(mx.nd.ones((r + 1, 2)), name="first"),
+             lambda: hvd.alltoall(mx.nd.ones((2 * n,)), name="second")]
+    try:
+        for call in (calls if r == 0 else calls[::-1]):
+            call()
+        raise AssertionError("calls in different orders completed")
+    except MXNetError as e:
+        mine = "wait in allgather 'first'" if r == 0 else "wait in alltoall 'second'"
+        assert hint in str(e) and "same order on every rank" in str(e), str(e)
+        assert mine in str(e) or "submitted %s" % ("allgather 'first.rows'" if r == 0 else
+                                                  "alltoall 'second.splits'") in str(e), str(e)
     assert not hvd.is_initialized()
 else:
     raise SystemExit("unknown mode " + mode)
