@@ -10,7 +10,10 @@ the parameters are merely shifted by one, a gradient could even be averaged with
 parameter's of the same shape.
 
 So a trainer compares, over its process set, what it reduces: the number of parameters and
-for each one whether it is reduced, its gradient's storage type, shape and dtype. One small
+for each one whether it is reduced, its gradient's storage type, shape and dtype; and the
+order of the parameters where the ranks name them alike (the same names in another order,
+a list reversed on some ranks: gradients matched by position were averaged with other
+parameters' of the same shape, silently, as in Horovod). One small
 blocking allgather (a digest) at the first step, and again on every rank where that changes
 (``grad_req`` set to ``'null'`` or back, a parameter cast, a new trainer); the lists
 themselves only when the digests differ, for the error. A mismatch raises ``ValueError`` on
@@ -55,6 +58,22 @@ def _what(row):
                            "gradient")
 
 
+def _digest(value):
+    """A signed 64-bit digest of ``repr(value)`` (for an int64 allgather)."""
+    digest = hashlib.blake2b(repr(value).encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "little", signed=True)
+
+
+def _reordered(every):
+    """Whether some ranks hold the same parameter names as another rank in another order
+    (``every``: one row per rank of [layout, count, names, sorted names] digests). Ranks
+    whose names differ (Gluon's per-process counters) say nothing about order."""
+    for row in every[1:]:
+        if row[3] == every[0, 3] and row[2] != every[0, 2]:
+            return True
+    return False
+
+
 class LayoutCheck(object):
     """One per trainer: ``check(params, name, process_set, label)`` before each reduction,
     on every rank of the set alike.
@@ -84,11 +103,11 @@ class LayoutCheck(object):
             return
         rows = rows()
         shown = [r[1:] for r in rows]  # names may differ by rank (Gluon's counters)
-        digest = hashlib.blake2b(repr(shown).encode("utf-8"), digest_size=8).digest()
-        mine = mx.nd.array([int.from_bytes(digest, "little", signed=True), len(rows)],
-                           dtype=np.int64).reshape((1, 2))
+        names = [r[0] for r in rows]
+        mine = mx.nd.array([[_digest(shown), len(rows), _digest(names), _digest(sorted(names))]],
+                           dtype=np.int64)
         every = allgather(mine, name=name, process_set=process_set).asnumpy()
-        if (every == every[0]).all():
+        if (every[:, :2] == every[0, :2]).all() and not _reordered(every):
             self._last = quick
             return
         from mxhorovod.functions import allgather_object
@@ -102,6 +121,15 @@ class LayoutCheck(object):
             process_set.ranks else list(range(len(lists)))
         first, parts = lists[0], []
         for r, other in zip(ranks[1:], lists[1:]):
+            names_first, names_other = [a[0] for a in first], [b[0] for b in other]
+            if names_first != names_other and sorted(names_first) == sorted(names_other):
+                moved = ["%d is '%s' on rank %d, '%s' on rank %d" % (i, a, ranks[0], b, r)
+                         for i, (a, b) in enumerate(zip(names_first, names_other)) if a != b]
+                parts.append("the same parameters in another order (gradients are matched "
+                             "by position, so they would be averaged with other parameters'"
+                             "): parameter " + "; parameter ".join(moved[:4]) +
+                             ("; ... (%d in all)" % len(moved) if len(moved) > 4 else ""))
+                continue
             if len(other) != len(first):
                 parts.append("rank %d has %d parameters, rank %d %d"
                              % (r, len(other), ranks[0], len(first)))

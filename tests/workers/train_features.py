@@ -461,7 +461,8 @@ def amp_overflow_on_one_rank():
 
 def different_parameters_on_some_ranks():
     """The last rank's trainer reduces other parameters (a layer frozen there only; one more
-    parameter there; a parameter of another shape there): a ValueError on every rank at the
+    parameter there; a parameter of another shape there; two parameters of one shape in the
+    other order there): a ValueError on every rank at the
     first step, naming the parameter and the rank, for DistributedTrainer (with and without
     bucket views), a gluon.Trainer with DistributedOptimizer and one over kvstore 'horovod'.
     Before, every rank waited for the names the others never submitted (a hang with stall
@@ -479,7 +480,7 @@ def different_parameters_on_some_ranks():
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     x, y = global_data(2, B, seed=12)
     for kind, make in sorted(kinds.items()):
-        for case in ("frozen", "extra", "shape"):
+        for case in ("frozen", "extra", "shape", "order"):
             tag = "lay_%s_%s" % (kind, case)
             net = mlp(tag + "_")
             params = list(net.collect_params().values())
@@ -489,19 +490,29 @@ def different_parameters_on_some_ranks():
                 net[0].bias.grad_req = "null"
             if case == "shape" or (case == "extra" and hvd.rank() == last):
                 params.append(extra)
+            # Two parameters of one shape, listed in the other order on the last rank: their
+            # gradients were averaged with each other's, silently (as in Horovod).
+            pa, pb = gluon.Parameter(tag + "_a", shape=(3,)), gluon.Parameter(tag + "_b", shape=(3,))
+            pa.initialize()
+            pb.initialize()
+            if case == "order":
+                params += [pb, pa] if hvd.rank() == last else [pa, pb]
             tr = make(params)
             with autograd.record():
                 loss = loss_fn(net(mx.nd.array(shard(x, B)[0])), mx.nd.array(shard(y, B)[0]))
-                loss = loss + extra.data().sum()
+                loss = loss + extra.data().sum() + pa.data().sum() + 2 * pb.data().sum()
             loss.backward()
             try:
                 tr.step(B)
             except ValueError as e:
                 msg = str(e)
                 want = {"frozen": tag + "_dense0_bias", "extra": "parameters, rank 0",
-                        "shape": tag + "_extra"}[case]
+                        "shape": tag + "_extra",
+                        "order": "the same parameters in another order"}[case]
                 assert "differ between ranks" in msg and "rank %d" % last in msg and \
                     want in msg, (kind, case, msg)
+                if case == "order":
+                    assert "'%s_a' on rank 0, '%s_b' on rank %d" % (tag, tag, last) in msg, msg
             else:
                 raise AssertionError("%s %s: no error on rank %d" % (kind, case, hvd.rank()))
             # The process stays usable.
