@@ -40,13 +40,18 @@ _state = {"installed": False, "rank": None, "previous": None, "pid": None}
 def note_to_guard(note):
     """Tells mxhorovod/rank_guard.py, when it started this rank, how the rank stands: b'I'
     MPI runs (init), b'E' finalized by the exit handler, b'A' the excepthook's MPI_Abort
-    follows. Only from the process that called init() (a forked child shares the pipe)."""
-    fd = os.environ.get("MXHOROVOD_GUARD_FD", "")
-    if not fd.isdigit() or (note != b"I" and _guard["pid"] != os.getpid()):
+    follows; written over byte 0 of the guard's file, so only the last one stays. Only from
+    the process that called init() (a forked child shares the descriptor)."""
+    fields = os.environ.get("MXHOROVOD_GUARD_FD", "").split(":")
+    if len(fields) != 3 or not all(f.isdigit() for f in fields) or \
+            (note != b"I" and _guard["pid"] != os.getpid()):
         return
+    fd, dev, ino = map(int, fields)
     try:
-        os.write(int(fd), note)
-    except OSError:  # closed or replaced by the script: the guard then says nothing
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) == (dev, ino):  # not a file the script opened there
+            os.pwrite(fd, note, 0)
+    except OSError:  # closed by the script: the guard then says nothing
         return
     if note == b"I":
         _guard["pid"] = os.getpid()

@@ -21,10 +21,11 @@ descriptors, so MPI starts as usual) and waits for it:
   handlers), mpirun kills every other rank by SIGKILL, with no word from them, and the job
   "succeeded" when that code was 0: the guard prints ``[1]<error> ... rank 1 (pid 4242 on
   host) exited with code 0 while MPI was running in it, without finalizing it ...`` and
-  exits with code 1 instead of 0 (the rank tells the guard through a pipe, whose number
-  is in MXHOROVOD_GUARD_FD: ``I`` when ``hvd.init()`` has started, ``E`` after its exit
-  handler finalized MPI, ``A`` before an unhandled exception's MPI_Abort, which reports
-  itself);
+  exits with code 1 instead of 0 (the rank writes its state over byte 0 of an unlinked
+  file, named to it as descriptor:device:inode in MXHOROVOD_GUARD_FD, so a rank that
+  starts and stops many times fills nothing: ``I`` when ``hvd.init()`` has started, ``E``
+  after its exit handler finalized MPI, ``A`` before an unhandled exception's MPI_Abort,
+  which reports itself);
 - the guard itself is killed (mpirun's cleanup after another rank died): the kernel kills
   the rank with it (PR_SET_PDEATHSIG), and nothing is printed for it.
 
@@ -39,6 +40,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 _RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
@@ -74,16 +76,10 @@ def _die_with_parent(parent):
 
 def _last_note(fd):
     """The last note the rank wrote (b'I', b'E', b'A'), b'' for none."""
-    data = b""
     try:
-        while True:
-            chunk = os.read(fd, 4096)
-            if not chunk:
-                break
-            data += chunk
-    except BlockingIOError:  # a child of the rank still holds the write end
-        pass
-    return data[-1:]
+        return os.pread(fd, 1, 0)
+    except OSError:
+        return b""
 
 
 def main(argv):
@@ -91,14 +87,14 @@ def main(argv):
         sys.stderr.write(__doc__)
         return 0 if argv else 2
     guard = os.getpid()
-    notes, notes_w = os.pipe()  # the rank's notes: see the docstring
-    os.set_inheritable(notes_w, True)
-    os.set_blocking(notes, False)  # the rank's own children may keep the write end open
-    env = dict(os.environ, MXHOROVOD_GUARD_FD=str(notes_w))
+    notes_file = tempfile.TemporaryFile()  # the rank's state, in byte 0: see the docstring
+    notes = notes_file.fileno()
+    os.set_inheritable(notes, True)
+    st = os.fstat(notes)  # the rank checks it writes this file, not one the script opened
+    env = dict(os.environ, MXHOROVOD_GUARD_FD="%d:%d:%d" % (notes, st.st_dev, st.st_ino))
     # close_fds=False: the rank needs the launcher's descriptors (PMI_FD and the like).
     child = subprocess.Popen(argv, close_fds=False, env=env,
                              preexec_fn=lambda: _die_with_parent(guard))
-    os.close(notes_w)
     for sig in _FORWARDED:
         signal.signal(sig, lambda s, _frame: child.send_signal(s))
     while True:
