@@ -203,6 +203,7 @@ int Grouped(OpType type, void** inputs, void** outputs, int num, const Names& na
             "' are the same array or views of one buffer, which this call writes (in place: "
             "pass separate arrays, or one array)"));
       }
+      if (chunks[b - 1].tensor != chunks[a].tensor) op->shared_inputs = true;
       a = b;
     }
     // The core matches tensors by name: one name twice (C callers, or a list of names

@@ -315,9 +315,11 @@ Status Push(std::unique_ptr<EngineOp> op, int priority, const char* opr_name) {
     if (!t.in_place) t.output_chunk = ChunkIdentity(t.output);
   }
   // Each buffer read once: out-of-place inputs may be views of one buffer (or one array
-  // twice), which Grouped accepts when nothing writes it.
-  if (n == 1) {
-    if (!op->tensors[0].in_place) reads[num_reads++] = op->tensors[0].input;
+  // twice), which Grouped accepts when nothing writes it (and then marks the operation).
+  if (!op->shared_inputs) {
+    for (auto& t : op->tensors) {
+      if (!t.in_place) reads[num_reads++] = t.input;
+    }
   } else {
     std::unordered_set<const void*> seen;
     for (auto& t : op->tensors) {

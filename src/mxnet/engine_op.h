@@ -62,6 +62,9 @@ struct EngineOp {
   std::vector<std::string> names;
   uint64_t ticket = 0;
   bool chunks_counted = false;  // Push counted the tensors' chunks (UsedByOurCollective)
+  // Some inputs, only read, share a buffer (views of one array, or one array twice, in an
+  // out-of-place group; found by Grouped): Push lists each such buffer once.
+  bool shared_inputs = false;
   OpCompletion completion;      // set up when the engine runs the operation
   // Under MXNet's NaiveEngine only: the operation's error, for Push to return. That engine
   // runs the operation to completion inside the push and drops the error it completes with.
