@@ -68,10 +68,7 @@ def _reordered(every):
     """Whether some ranks hold the same parameter names as another rank in another order
     (``every``: one row per rank of [layout, count, names, sorted names] digests). Ranks
     whose names differ (Gluon's per-process counters) say nothing about order."""
-    for row in every[1:]:
-        if row[3] == every[0, 3] and row[2] != every[0, 2]:
-            return True
-    return False
+    return bool(((every[:, 3] == every[0, 3]) & (every[:, 2] != every[0, 2])).any())
 
 
 class LayoutCheck(object):

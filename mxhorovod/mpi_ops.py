@@ -564,8 +564,9 @@ def grouped_allgather(tensors, name=None, priority=0, process_set=global_process
     Raises:
         InvalidArgumentError: not a list (on this rank; one array twice, or views of one
             buffer, are fine: they are only read); on every rank, as for
-            :func:`allgather`, and when the ranks passed different numbers of tensors. An empty list returns [] at once; where the peers passed tensors,
-            their call fails naming this rank and both lengths.
+            :func:`allgather`, and when the ranks passed different numbers of tensors. An
+            empty list returns [] at once; where the peers passed tensors, their call fails
+            naming this rank and both lengths.
     """
     return _grouped_allgather(tensors, name, priority, process_set, _what)[0]
 

@@ -1,5 +1,7 @@
 #include "launcher_check.h"
 
+#include "stall_inspector.h"  // RankList
+
 #include <dirent.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -129,12 +131,6 @@ long EnvOf(long pid, const std::string& name) {
   }
   return -1;
 }
-
-std::string RankList(const std::vector<long>& ranks) {
-  std::string s;
-  for (long r : ranks) s += (s.empty() ? "" : ", ") + std::to_string(r);
-  return s;
-}
 }  // namespace
 
 std::string ExitedLocalRanks() {
@@ -184,8 +180,8 @@ std::string ExitedLocalRanks() {
   }
   if (running >= local_n) return "";
   if (local_n == size) {  // every rank of the job runs here: the missing ones are known
-    std::vector<long> gone;
-    for (long r = 0; r < size; ++r) {
+    std::vector<int> gone;
+    for (int r = 0; r < size; ++r) {
       if (present_global.count(r)) continue;
       gone.push_back(r);
     }
@@ -193,8 +189,8 @@ std::string ExitedLocalRanks() {
     return std::string(gone.size() == 1 ? "rank " : "ranks ") + RankList(gone) + " of " +
            std::to_string(size) + (gone.size() == 1 ? " has" : " have") + " exited";
   }
-  std::vector<long> gone;
-  for (long l = 0; l < local_n; ++l) {
+  std::vector<int> gone;
+  for (int l = 0; l < local_n; ++l) {
     if (!present_local.count(l)) gone.push_back(l);
   }
   std::string which = (int)present_local.size() == running && !gone.empty()

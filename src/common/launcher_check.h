@@ -29,10 +29,6 @@ Status ClaimLauncherConnection();
 // or not a number. Only for messages: MPI's own rank replaces it once MPI has started.
 void LauncherRankAndSize(int* rank, int* size);
 
-}  // namespace mxhorovod
-
-namespace mxhorovod {
-
 // The ranks of this host that have exited, as Hydra (MPICH's mpirun) shows them: it starts
 // every rank of a host at once as a child of one hydra_pmi_proxy (through wrappers such
 // as mxhorovod/rank_guard.py or `sh -c`, which end with the rank) and gives each

@@ -284,7 +284,6 @@ Status StartMPI(int64_t comm_f2c, const std::vector<int>& ranks, bool hierarchic
     {
       std::lock_guard<std::mutex> lk(st.mu);
       st.init_waiting_for.clear();
-      st.init_watch = false;
     }
     MPI_Group_free(&pgroup);
     MPI_Group_free(&group);

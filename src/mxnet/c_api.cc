@@ -190,20 +190,14 @@ int Grouped(OpType type, void** inputs, void** outputs, int num, const Names& na
       while (b < chunks.size() && chunks[b].chunk == chunks[a].chunk) written |= chunks[b++].written;
       // [a, b): the uses of one buffer, by tensor index. Input and output of one tensor
       // were refused in MakeTensor.
-      if (written && chunks[b - 1].tensor != chunks[a].tensor) {
-        int i = chunks[a].tensor, j = chunks[a].tensor;
-        for (size_t k = a; k < b; ++k) {
-          if (chunks[k].tensor != i) {
-            j = chunks[k].tensor;
-            break;
-          }
-        }
+      const int first = chunks[a].tensor, last = chunks[b - 1].tensor;
+      if (written && first != last) {
         return refuse(Status::InvalidArgument(
-            kind() + ": '" + names.str(j) + "' and '" + names.str(i) +
+            kind() + ": '" + names.str(last) + "' and '" + names.str(first) +
             "' are the same array or views of one buffer, which this call writes (in place: "
             "pass separate arrays, or one array)"));
       }
-      if (chunks[b - 1].tensor != chunks[a].tensor) op->shared_inputs = true;
+      if (first != last) op->shared_inputs = true;
       a = b;
     }
     // The core matches tensors by name: one name twice (C callers, or a list of names
