@@ -151,11 +151,11 @@ def allreduce(tensor, average, name, priority, prescale_factor, postscale_factor
                        elementwise=True)(tensor)
 
 
-def _refusal(kind, name, process_set, suffix=""):
+def _refusal(kind, name, process_set):
     """What a backward that fails before its transposed collective (a ``kind`` named
     ``name + '.grad'``) submits instead: a refusal of the name the peers wait on first."""
     pid = _ps_id(process_set, kind)
-    return lambda error: mpi_ops._refuse(kind, [name + ".grad" + suffix], pid, error)
+    return lambda error: mpi_ops._refuse(kind, [name + ".grad"], pid, error)
 
 
 def allgather(tensor, name, priority, process_set):
@@ -216,7 +216,7 @@ def alltoall(tensor, splits, name, priority, process_set):
         # Rows past sum(splits) were sent nowhere: their gradient is zero.
         return _pad_rows(back, received["rows"])
     out = _Collective(run, transpose,
-                      _refusal("alltoall", name, process_set, ".splits"))(tensor)
+                      _refusal("alltoall", name, process_set))(tensor)
     return (out, received["splits"]) if splits is not None else out
 
 
@@ -264,4 +264,4 @@ def reducescatter(tensor, op, name, priority, process_set, prescale_factor,
                                               "allgather")[0][0]
         return gathered * scale if scale != 1.0 else gathered
     return _Collective(run, transpose,
-                       _refusal("allgather", name, process_set, ".rows"))(tensor)
+                       _refusal("allgather", name, process_set))(tensor)

@@ -493,7 +493,17 @@ def _describe_layout(row):
     return "%s (%s)" % (dtype, ", ".join(["N"] + [str(int(d)) for d in row[3:3 + ndim - 1]]))
 
 
-def _rows_of_peers(tensors, name, pid, size, what, process_set):
+def _size_exchange_name(base, what):
+    """The name of an allgather's layout exchange: the name of its first tensor ('<base>'
+    for allgather, '<base>.0' for grouped_allgather; alltoall's splits exchange is
+    '<base>'). The data collective of that name follows it (one name's calls run in call
+    order), and a peer that made another collective under the name meets the exchange at
+    the coordinator, which fails both calls at once ("Mismatched operations"), as Horovod
+    does, instead of the two waiting for each other under different names."""
+    return base if what == "allgather" else base + ".0"
+
+
+def _rows_of_peers(tensors, base, pid, size, what, process_set):
     """Gathers every tensor's layout (:func:`_layout`) from every rank of the set and waits
     (a fixed shape, so no size exchange is needed). Returns an int64 array (size, len) of
     the ranks' dim 0. Ranks whose trailing dimensions or dtype differ raise the same
@@ -502,9 +512,9 @@ def _rows_of_peers(tensors, name, pid, size, what, process_set):
     its call too: it waits for the result)."""
     mine = mx.nd.array([_layout(t) for t in tensors], dtype="int64")
     out = mx.nd.empty((size * len(tensors), mine.shape[1]), dtype="int64")
-    base = name[:-len(".rows")]
     try:  # the call raises too, under NaiveEngine
-        _core.grouped_allgather([_handle(mine)], [_handle(out)], [name], 0, pid)
+        _core.grouped_allgather([_handle(mine)], [_handle(out)], [_size_exchange_name(base, what)],
+                                0, pid, size_exchange=True)
         table = out.asnumpy().reshape(size, len(tensors), -1)
     except mx.base.MXNetError as e:
         empty = re.search(r"failed on rank (\d+): refused at the call: .*" + _EMPTY_ALLGATHER, str(e))
@@ -580,7 +590,7 @@ def _grouped_allgather(tensors, name, priority, process_set, _what):
         # waiting for this rank. Where every rank passed [], the refusals meet unseen.
         pid = _ps_id(process_set, _what)
         base = _name(_what, name, pid)
-        _refuse("allgather", [base + ".rows"], pid,
+        _refuse("allgather", [_size_exchange_name(base, _what)], pid,
                 InvalidArgumentError("%s '%s': %s" % (_what, base, _EMPTY_ALLGATHER)))
         return [], None
     pid = _ps_id(process_set, _what)
@@ -591,9 +601,9 @@ def _grouped_allgather(tensors, name, priority, process_set, _what):
         _check_list(tensors, _what)
         priority = _priority(priority, base)
     except Exception as e:
-        _refuse("allgather", [base + ".rows"], pid, e)
+        _refuse("allgather", [_size_exchange_name(base, _what)], pid, e)
         raise
-    rows = _rows_of_peers(tensors, base + ".rows", pid, size, _what, process_set)
+    rows = _rows_of_peers(tensors, base, pid, size, _what, process_set)
     outputs = [_empty_like(t, (int(rows[:, i].sum()),) + tuple(t.shape[1:]))
                for i, t in enumerate(tensors)]
     _core.grouped_allgather([_handle(t) for t in tensors], [_handle(o) for o in outputs], names,
@@ -631,13 +641,14 @@ def _alltoall(tensor, splits, name, priority, process_set):
         send = _alltoall_splits(tensor, splits, name, world)
         priority = _priority(priority, name)
     except Exception as e:
-        _refuse("alltoall", [name + ".splits"], pid, e)
+        _refuse("alltoall", [name], pid, e)
         raise
-    # Each rank sends one number to each peer: how many rows it will send.
+    # Each rank sends one number to each peer: how many rows it will send. Under the call's
+    # own name (see _size_exchange_name): the data alltoall follows it.
     mine = mx.nd.array(send, dtype="int64")
     recv_nd = mx.nd.empty((world,), dtype="int64")
-    _core.alltoall(_handle(mine), _handle(recv_nd), name + ".splits", [1] * world, [1] * world, 0,
-                   pid)
+    _core.alltoall(_handle(mine), _handle(recv_nd), name, [1] * world, [1] * world, 0, pid,
+                   size_exchange=True)
     recv = recv_nd.asnumpy()
     output = _empty_like(tensor, (int(recv.sum()),) + tuple(tensor.shape[1:]))
     _core.alltoall(_handle(tensor), _handle(output), name, [int(v) for v in send],

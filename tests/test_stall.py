@@ -57,17 +57,17 @@ def test_stall_shutdown_fails_pending_operations_on_every_rank():
 
 # mode of ops_stall.py: the hint's start, and alternatives of texts its line must hold.
 _MISMATCH_HINTS = {
-    # allreduce 'mixed' on rank 0, allgather 'mixed' on rank 1 (its first collective is
-    # 'mixed.rows'): they never meet.
+    # grouped_allreduce 'mixed' on rank 0 ('mixed.0', 'mixed.1'), allreduce 'mixed' on rank
+    # 1: they never meet.
     "same_name": ("Probably the ranks made different calls under the name 'mixed' (",
-                  [("ranks 0 submitted allreduce 'mixed'", "ranks 1 submitted allgather 'mixed.rows'")]),
+                  [("ranks 0 submitted allreduce 'mixed.0'", "ranks 1 submitted allreduce 'mixed'")]),
     # Rank 0 calls allgather 'first' then alltoall 'second', rank 1 the other way round:
     # each waits at the call for the other's size (as in Horovod).
     "order": ("Probably the ranks made their calls in different orders: ",
-              [("ranks 0 wait in allgather 'first' ('first.rows') while ranks 1 submitted "
-                "alltoall 'second.splits'", "same order on every rank"),
-               ("ranks 1 wait in alltoall 'second' ('second.splits') while ranks 0 submitted "
-                "allgather 'first.rows'", "same order on every rank")]),
+              [("ranks 0 wait in allgather 'first' while ranks 1 submitted alltoall 'second'",
+                "same order on every rank"),
+               ("ranks 1 wait in alltoall 'second' while ranks 0 submitted allgather 'first'",
+                "same order on every rank")]),
 }
 
 

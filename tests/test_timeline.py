@@ -59,31 +59,35 @@ def test_env_timeline_has_every_tensor_and_phase(recorded):
     with open(env_path) as f:
         events = json.load(f)  # valid JSON: the closing bracket was written at shutdown
     rows = rows_of(events)
-    assert set(rows) == {"grad.0", "grad.1", "bcast", "gather.rows", "gather", "a2a.splits",
-                         "a2a", "late", "mismatch"}, sorted(rows)
+    # An allgather's or alltoall's size exchange is in its row: two operations per call.
+    assert set(rows) == {"grad.0", "grad.1", "bcast", "gather", "a2a", "late", "mismatch"}, \
+        sorted(rows)
     assert not any(e.get("name") == "CYCLE_START" for e in events)  # mark_cycles off
     expected_mpi = {"grad.0": "MPI_ALLREDUCE", "grad.1": "MPI_ALLREDUCE", "bcast": "MPI_BCAST",
-                    "gather": "MPI_ALLGATHER", "gather.rows": "MPI_ALLGATHER",
-                    "a2a": "MPI_ALLTOALL", "a2a.splits": "MPI_ALLTOALL", "late": "MPI_ALLREDUCE"}
+                    "gather": "MPI_ALLGATHER", "a2a": "MPI_ALLTOALL", "late": "MPI_ALLREDUCE"}
     op_of = {"MPI_ALLREDUCE": "ALLREDUCE", "MPI_BCAST": "BROADCAST",
              "MPI_ALLGATHER": "ALLGATHER", "MPI_ALLTOALL": "ALLTOALL"}
     for name, mpi in expected_mpi.items():
         spans = check_nesting(name, rows[name])
         op = op_of[mpi]
         top = [s[0] for s in spans if s[3] is None]
-        # Three steps: negotiation then operation, each time.
-        assert top == ["NEGOTIATE_" + op, op] * 3, (name, top)
+        # Three steps: negotiation then operation, each time (twice for a sized call).
+        calls = 6 if name in ("gather", "a2a") else 3
+        assert top == ["NEGOTIATE_" + op, op] * calls, (name, top)
         inner = [s[0] for s in spans if s[3] == op]
         want = ["QUEUE", mpi]
         if name.startswith("grad."):  # a fused group of two tensors
             want = ["QUEUE", "MEMCPY_IN_FUSION_BUFFER", mpi, "MEMCPY_OUT_FUSION_BUFFER"]
-        assert inner == want * 3, (name, inner)
+        assert inner == want * calls, (name, inner)
         begins = [e for e in rows[name] if e["ph"] == "B" and e["name"] == op]
         assert all(e["args"]["dtype"] for e in begins), begins
         # The first negotiation went through the coordinator (both ranks' readiness),
-        # the later ones through the response cache.
+        # the later ones through the response cache (which keeps a sized call's exchange
+        # and data apart: both are cached).
         negs = [e for e in rows[name] if e["ph"] == "B" and e["name"].startswith("NEGOTIATE_")]
-        assert "args" not in negs[0] and all(e["args"]["via"] == "response cache" for e in negs[1:])
+        first = calls // 3
+        assert all("args" not in e for e in negs[:first]), (name, negs)
+        assert all(e["args"]["via"] == "response cache" for e in negs[first:]), (name, negs)
     # 'late': rank 1 submitted it 0.6 s after rank 0 in the first step.
     ready = [e for e in rows["late"] if e["ph"] == "i"]
     first = {e["args"]["rank"]: e["ts"] for e in ready[:2]}
@@ -114,11 +118,12 @@ def test_summary_cli_on_recorded_file(recorded, tmp_path):
                          timeout=120, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
     assert out.returncode == 0, out.stderr
     text = out.stdout
-    assert "9 tensors, 3 steps" in text, text
+    # 3 steps: an allgather's or alltoall's exchange and data are one use of its row.
+    assert "7 tensors, 3 steps" in text, text
     # 'late' waited 0.6 s for rank 1: the tensor that took longest, and rank 1 named.
     top = text.split("tensors that took the most time")[1].splitlines()[2]
     assert top.split()[0] == "late", text
-    assert "rank 1: last in" in text and "... 6 more tensors" in text, text
+    assert "rank 1: last in" in text and "... 4 more tensors" in text, text
     assert "NEGOTIATE_ALLREDUCE" in text and "MPI_ALLGATHER" in text and "Mismatched shapes" in text
     with open(png, "rb") as f:
         assert f.read(8) == PNG_MAGIC
@@ -224,3 +229,23 @@ def test_a_job_aborted_at_once_leaves_a_loadable_start(tmp_path):
     text = path.read_text()
     assert text.startswith("[") and "process_name" in text, repr(text[:200])
     load(str(path))  # the summary tool reads the unfinished file
+
+
+def test_sized_call_is_one_use_unless_its_exchange_failed():
+    # Row g: allgather call 0 (exchange 0-10, data 10-20), call 1 (exchange 30-40 that
+    # failed: no data follows), call 2 (exchange 50-60, data 60-70). Row r: two allreduces.
+    ev = _row(1, "g") + _row(2, "r")
+    for start in (0, 10, 30, 50, 60):
+        if start == 30:
+            ev += _span(1, "NEGOTIATE_ALLGATHER", 30, 35)
+            ev += [{"name": "ERROR", "ph": "i", "ts": 35, "pid": 1, "args": {"error": "Mismatched"}}]
+            continue
+        ev += _span(1, "NEGOTIATE_ALLGATHER", start, start + 5) + _span(1, "ALLGATHER", start + 5, start + 10)
+    for start in (0, 10):
+        ev += _span(2, "NEGOTIATE_ALLREDUCE", start, start + 5) + _span(2, "ALLREDUCE", start + 5, start + 10)
+    t = parse(ev)
+    uses = sorted({(s.tensor, s.use) for s in t.spans})
+    assert uses == [("g", 0), ("g", 1), ("g", 2), ("r", 0), ("r", 1)], uses
+    assert [(s.start_us, s.use) for s in t.spans if s.tensor == "g" and s.phase == "ALLGATHER"] == \
+        [(5, 0), (15, 0), (55, 2), (65, 2)]
+    assert t.errors == [("g", 1, "Mismatched")]

@@ -85,6 +85,10 @@ def parse(events):
     uses = {}       # pid -> index of the current use (-1 before the first)
     negotiations = {}
     last_top = {}   # pid -> phase of the last closed negotiation/operation
+    # pid -> the current use is an allgather's or alltoall's size exchange: the call's data
+    # collective follows under the same name (mxhorovod.mpi_ops._size_exchange_name) and
+    # belongs to the same use, unless the exchange failed.
+    exchange = {}
     spans, errors, cycles = [], [], 0
     for e in events:
         ph, pid = e.get("ph"), e.get("pid", 0)
@@ -100,10 +104,13 @@ def parse(events):
             stack = stacks.get(pid, [])
             use = uses.get(pid, 0)
             if e.get("name") == "ERROR":
+                exchange[pid] = False  # the call failed: no data collective follows
                 errors.append((names.get(pid, str(pid)), use, e.get("args", {}).get("error", "")))
             elif stack and stack[-1][0].startswith("NEGOTIATE_") and "rank" in e.get("args", {}):
                 neg = negotiations.setdefault((pid, use), Negotiation(names.get(pid, str(pid)), use))
-                neg.ready_us[int(e["args"]["rank"])] = float(e["ts"])
+                # A call's first negotiation (an allgather's size exchange: where the
+                # ranks wait for each other) says which rank was late.
+                neg.ready_us.setdefault(int(e["args"]["rank"]), float(e["ts"]))
             continue
         stack = stacks.setdefault(pid, [])
         if ph == "B":
@@ -112,8 +119,12 @@ def parse(events):
                 # A new use starts with its negotiation, or with the operation when the
                 # recording began after the negotiation (or the negotiation was not recorded).
                 after_negotiation = last_top.get(pid, "").startswith("NEGOTIATE_")
-                if name.startswith("NEGOTIATE_") or not after_negotiation:
+                sized = name in ("NEGOTIATE_ALLGATHER", "NEGOTIATE_ALLTOALL")
+                if sized and exchange.get(pid):  # the data collective of the exchange's call
+                    exchange[pid] = False
+                elif name.startswith("NEGOTIATE_") or not after_negotiation:
                     uses[pid] = uses.get(pid, -1) + 1
+                    exchange[pid] = sized
             stack.append((name, float(e["ts"]), uses.get(pid, 0), len(stack)))
         elif ph == "E" and stack:
             name, start, use, depth = stack.pop()

@@ -1,8 +1,9 @@
 """What a timeline says: time per phase, the tensors that took longest, per-step totals, and
 which rank the negotiations waited for.
 
-Terms: a *use* of a tensor is one negotiation and operation of its name; *step k* is the k-th
-use of every name (exact when each step uses the same names, as a training loop does).
+Terms: a *use* of a tensor is one negotiation and operation of its name (two for an
+allgather or alltoall call: its size exchange, then its data); *step k* is the k-th use of
+every name (exact when each step uses the same names, as a training loop does).
 A phase's *sum* adds its spans over tensors (fused tensors share one MPI call, each counts
 it); its *wall* time is the length of the union of those spans: time during which at least
 one tensor was in that phase.

@@ -59,6 +59,10 @@ struct Request {
   // list, submitted as its tensor 0's name with no data (see SubmitEmptyGroup), so that
   // the peers' tensors fail instead of waiting for it. -1: not checked.
   int32_t group_size = -1;
+  // An allgather's or alltoall's size exchange (mxhorovod.mpi_ops._size_exchange_name): it
+  // carries its call's name, before the call's data collective of that name. Local only
+  // (not on the wire): the response cache keeps the two apart (ResponseCache).
+  bool size_exchange = false;
   // Set when this rank could not run its part (found when the engine ran the operation):
   // the request still goes to the coordinator, so every rank gets the error, none hangs.
   std::string local_error;

@@ -37,27 +37,39 @@ Status Controller::ComputeResponses(bool shutdown_requested, CycleResult* out) {
   queue_->PopRequests(&fresh);
   const size_t words = (cache_.capacity() + 63) / 64;
   std::vector<uint64_t> invalid(words, 0);
+  auto evict = [&](int bit) {
+    if (bit >= 0) invalid[bit / 64] |= 1ull << (bit % 64);
+  };
   for (Request* fresh_request : fresh) {
     Request& r = *fresh_request;
     r.rank = rank_;
-    int bit = -1;
+    int bit = -1, also = -1;
     if (!r.local_error.empty() || IsControl(r.op_type)) {  // never answered from the cache
-      // A failure (a refusal at the call) of a cached name evicts it everywhere: a peer's
-      // hit on it would otherwise wait for a request that never comes (until the stall
-      // check resends it), while the coordinator waits for the peer's.
-      if (cache_.capacity() && cache_.Find(r, &bit) != ResponseCache::kMiss) {
-        invalid[bit / 64] |= 1ull << (bit % 64);
+      // A failure (a refusal at the call) of a cached name evicts it everywhere, in both
+      // phases: a peer's hit on it would otherwise wait for a request that never comes
+      // (until the stall check resends it), while the coordinator waits for the peer's.
+      for (bool exchange : {false, true}) {
+        Request phase = r;
+        phase.size_exchange = exchange;
+        if (cache_.capacity() && cache_.Find(phase, &bit, &also) != ResponseCache::kMiss) {
+          evict(bit);
+          evict(also);
+        }
       }
       to_send.push_back(r);
       continue;
     }
-    switch (cache_.capacity() ? cache_.Find(r, &bit) : ResponseCache::kMiss) {
+    switch (cache_.capacity() ? cache_.Find(r, &bit, &also) : ResponseCache::kMiss) {
       case ResponseCache::kHit:
         pending_hits_.Set(bit, r.name);
         stall_.HitPending(bit);                                              // [stall]
         if (rank_ == 0) Timeline::Get().NegotiateCached(r.name, r.op_type);  // [timeline]
         break;
-      case ResponseCache::kInvalid: invalid[bit / 64] |= 1ull << (bit % 64); to_send.push_back(r); break;
+      case ResponseCache::kInvalid:
+        evict(bit);
+        evict(also);
+        to_send.push_back(r);
+        break;
       case ResponseCache::kMiss: to_send.push_back(r); break;
     }
   }
@@ -147,8 +159,8 @@ Status Controller::ComputeResponses(bool shutdown_requested, CycleResult* out) {
       // named in their group-size mismatch) is no longer this rank's hit.
       for (const auto& name : resp.names) {
         TensorTableEntry* e = queue_->Find(name);
-        int bit = -1;
-        if (e && cache_.Find(e->request, &bit) == ResponseCache::kHit && pending_hits_.Has(bit) &&
+        int bit = -1, also = -1;
+        if (e && cache_.Find(e->request, &bit, &also) == ResponseCache::kHit && pending_hits_.Has(bit) &&
             pending_hits_.Name(bit) == name) {
           pending_hits_.Erase(bit);
         }

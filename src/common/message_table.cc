@@ -134,11 +134,15 @@ void MessageTable::DropGroupExtras(const std::vector<Request>& reqs, Response* r
   // Once per group, at its tensor 0 (every group has one; the tensors 1 .. smallest-1 get
   // the same mismatch error by themselves).
   if (name.size() < 2 || name.compare(name.size() - 2, 2, ".0") != 0) return;
+  // A request without a group size (-1: an allgather's or alltoall's size exchange, a
+  // broadcast) is one tensor: a grouped reduction of n tensors failed at its tensor 0 by
+  // another kind of collective of that name (a mismatch) has n - 1 extras to fail too.
   int32_t lo = std::numeric_limits<int32_t>::max(), hi = 0;
   for (const auto& r : reqs) {
-    if (!r.local_error.empty() || r.group_size < 0) return;  // not a group-size mismatch
-    lo = std::min(lo, r.group_size);
-    hi = std::max(hi, r.group_size);
+    if (!r.local_error.empty()) return;  // a refusal names all of its call's tensors
+    const int32_t n = r.group_size < 0 ? 1 : r.group_size;
+    lo = std::min(lo, n);
+    hi = std::max(hi, n);
   }
   if (lo == hi) return;
   const std::string base = name.substr(0, name.size() - 1);
@@ -152,7 +156,7 @@ void MessageTable::DropGroupExtras(const std::vector<Request>& reqs, Response* r
     names.push_back(extra);
     auto it = table_.find(extra);
     for (const auto& r : reqs) {
-      if (r.group_size <= k) continue;  // this rank has no tensor k
+      if (r.group_size <= k) continue;  // this rank has no tensor k (or no group size)
       if (it != table_.end() && it->second[r.rank].rank >= 0) {
         it->second[r.rank].rank = -1;  // submitted already: forget it
       } else {

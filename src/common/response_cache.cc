@@ -8,18 +8,34 @@ bool ResponseCache::SameRequest(const Request& a, const Request& b) {
          a.shape == b.shape && a.splits == b.splits && a.group_size == b.group_size;
 }
 
-ResponseCache::Lookup ResponseCache::Find(const Request& req, int* bit) const {
+ResponseCache::Lookup ResponseCache::Find(const Request& req, int* bit, int* also) const {
+  *also = -1;
   auto it = by_name_.find(req.name);
   if (it == by_name_.end()) return kMiss;
-  *bit = it->second;
-  return SameRequest(slots_[it->second].request, req) ? kHit : kInvalid;
+  const int mine = it->second[req.size_exchange], other = it->second[!req.size_exchange];
+  if (mine >= 0 && SameRequest(slots_[mine].request, req)) {
+    *bit = mine;
+    return kHit;
+  }
+  // The other phase's entry stays when it is of this kind (a changed allgather keeps its
+  // exchange cached); another kind of collective under the name evicts it too.
+  const int stale = other >= 0 && slots_[other].request.op_type != req.op_type ? other : -1;
+  if (mine < 0 && stale < 0) return kMiss;
+  *bit = mine >= 0 ? mine : stale;
+  if (mine >= 0) *also = stale;
+  return kInvalid;
 }
 
 int ResponseCache::Put(const Request& req, const Response& resp) {
   int evicted = -1;
   if (capacity_ == 0) return evicted;
   auto it = by_name_.find(req.name);
-  if (it != by_name_.end()) Erase(it->second);
+  if (it != by_name_.end()) {  // the entry of this phase; the other's if of another kind
+    const Bits old = it->second;  // Erase may drop the map node
+    if (old[req.size_exchange] >= 0) Erase(old[req.size_exchange]);
+    const int other = old[!req.size_exchange];
+    if (other >= 0 && slots_[other].request.op_type != req.op_type) Erase(other);
+  }
   int bit;
   if (!free_.empty()) {
     bit = free_.back();
@@ -39,7 +55,7 @@ int ResponseCache::Put(const Request& req, const Response& resp) {
   s.response = resp;
   lru_.push_front(bit);
   s.lru = lru_.begin();
-  by_name_[req.name] = bit;
+  by_name_.try_emplace(req.name, Bits{-1, -1}).first->second[req.size_exchange] = bit;
   return evicted;
 }
 
@@ -53,7 +69,9 @@ void ResponseCache::Erase(int bit) {
   Slot& s = slots_[bit];
   if (!s.used) return;
   lru_.erase(s.lru);
-  by_name_.erase(s.request.name);
+  auto it = by_name_.find(s.request.name);
+  it->second[s.request.size_exchange] = -1;
+  if (it->second[0] < 0 && it->second[1] < 0) by_name_.erase(it);
   s.used = false;
   free_.push_back(bit);
 }

@@ -21,16 +21,20 @@ std::string Secs(double s) {
 }
 
 // The name of the call that made a collective and how it was derived: '<name>' for
-// '<name>.rows' (an allgather's size exchange, kind 'r'), '<name>.splits' (an alltoall's,
-// 's') and '<name>.<i>' (tensor i of a grouped call, 'i'); else the name itself ('-').
+// '<name>.<i>' (tensor i of a grouped call, kind 'i'; a grouped allgather's size exchange is
+// its tensor 0's name); else the name itself ('-'). An allgather's and an alltoall's size
+// exchanges carry the call's own name, so they meet another collective of that name at
+// the coordinator (a mismatch error, no stall).
 std::pair<std::string, char> CallName(const std::string& name) {
   size_t dot = name.rfind('.');
-  if (dot == std::string::npos || dot == 0 || dot + 1 == name.size()) return {name, '-'};
-  std::string tail = name.substr(dot + 1);
-  char kind = tail == "rows" ? 'r' : tail == "splits" ? 's'
-            : tail.find_first_not_of("0123456789") == std::string::npos ? 'i' : '-';
-  return {kind == '-' ? name : name.substr(0, dot), kind};
+  if (dot == std::string::npos || dot == 0 || dot + 1 == name.size() ||
+      name.find_first_not_of("0123456789", dot + 1) != std::string::npos) {
+    return {name, '-'};
+  }
+  return {name.substr(0, dot), 'i'};
 }
+
+bool WaitsAtCall(OpType t) { return t == OpType::kAllgather || t == OpType::kAlltoall; }
 
 bool Disjoint(const std::vector<int>& a, const std::vector<int>& b) {  // both ascending
   size_t i = 0, j = 0;
@@ -46,10 +50,10 @@ bool Disjoint(const std::vector<int>& a, const std::vector<int>& b) {  // both a
 std::unordered_map<std::string, std::string> StallInspector::SameCallHints(
     const std::vector<const PendingName*>& stalled) const {
   // Stalled names of one call made by disjoint ranks: the ranks called different
-  // collectives under one name (an allreduce on some, an allgather on others: their first
-  // collectives are 'k' and 'k.rows'), which never meet.
-  // Only names derived differently count ('k' and 'k.rows', 'k.0' and 'k.splits', ...):
-  // 'g.3' and 'g.5' on disjoint ranks are two parameters of one trainer, not one call.
+  // collectives under one name (a grouped call on some, a single one on others: their
+  // first collectives are 'k.0' and 'k'), which never meet.
+  // Only names derived differently count ('k' and 'k.0'): 'g.3' and 'g.5' on disjoint
+  // ranks are two parameters of one trainer, not one call.
   std::unordered_map<std::string, std::vector<std::pair<const PendingName*, char>>> by_call;
   for (const PendingName* p : stalled) {
     auto call = CallName(p->name);
@@ -74,29 +78,26 @@ std::unordered_map<std::string, std::string> StallInspector::SameCallHints(
     }
     if (names.size() > 4) calls += "; ... (" + std::to_string(names.size()) + " names in all)";
     std::string hint = "the ranks made different calls under the name '" + entry.first + "' (" +
-                       calls + "; an allgather first submits '<name>.rows', an alltoall "
-                       "'<name>.splits', a grouped call '<name>.<i>'): every rank must make the "
-                       "same collective call under one name";
+                       calls + "; a grouped call submits '<name>.<i>'): every rank must make the same "
+                       "collective call under one name";
     for (const auto& named : names) hints[named.first->name] = hint;
   }
-  // A size exchange ('<name>.rows' of an allgather, '<name>.splits' of an alltoall) stalled
-  // beside another call's name submitted by disjoint ranks: allgather and alltoall return
-  // only once every rank has sent its size, so each rank waits in its own first such call
-  // and never makes the next one: the ranks made their calls in different orders (a loop
+  // An allgather or alltoall (its size exchange) stalled beside another call's name
+  // submitted by disjoint ranks: allgather and alltoall return only once every rank has
+  // sent its size, so each rank waits in its own first such call and never makes the next: the ranks made their calls in different orders (a loop
   // over a Python set or dict whose order differs by process). Horovod's allgather and
   // alltoall wait at the call too.
   for (const PendingName* x : stalled) {
     auto cx = CallName(x->name);
-    if ((cx.second != 'r' && cx.second != 's') || hints.count(x->name)) continue;
+    if (!WaitsAtCall(x->op_type) || hints.count(x->name)) continue;
     for (const PendingName* y : stalled) {
       if (y == x || hints.count(y->name) || CallName(y->name).first == cx.first ||
           !Disjoint(x->ranks, y->ranks)) {
         continue;
       }
-      const char* kind = cx.second == 'r' ? "allgather" : "alltoall";
       std::string hint =
           "the ranks made their calls in different orders: ranks " + RankList(JobRanks(x->ranks)) +
-          " wait in " + kind + " '" + cx.first + "' ('" + x->name + "') while ranks " +
+          " wait in " + OpTypeName(x->op_type) + " '" + x->name + "' while ranks " +
           RankList(JobRanks(y->ranks)) + " submitted " + OpTypeName(y->op_type) + " '" + y->name +
           "'; allgather and alltoall return only when every rank has sent its size, so "
           "a rank waiting in one makes no later call: make them (and the calls around them) in "

@@ -75,7 +75,7 @@ class StallInspector {
 
  private:
   std::string Describe(const PendingName& p) const;
-  // For stalled names of one call ('k', 'k.rows', 'k.splits', 'k.<i>') submitted by
+  // For stalled names of one call ('k', 'k.<i>') submitted by
   // disjoint ranks: name -> a sentence saying the ranks made different calls under 'k';
   // for an allgather's or alltoall's size exchange stalled beside another call's name of
   // disjoint ranks: a sentence saying the ranks made their calls in different orders.

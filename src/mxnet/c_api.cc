@@ -124,7 +124,7 @@ struct Names {
 // rank with that text (see SubmitFailed) and the call returns -1 with it.
 int Grouped(OpType type, void** inputs, void** outputs, int num, const Names& names, int reduce_op,
             double prescale, double postscale, int priority, int process_set_id,
-            const std::string* fail_with = nullptr) {
+            const std::string* fail_with = nullptr, bool size_exchange = false) {
   auto kind = [type, num] {  // for errors only
     return num == 1 ? std::string(OpTypeName(type)) : std::string("grouped ") + OpTypeName(type);
   };
@@ -159,6 +159,7 @@ int Grouped(OpType type, void** inputs, void** outputs, int num, const Names& na
       t.request.postscale = postscale;
       t.request.group_size = num;
     }
+    t.request.size_exchange = size_exchange;
     op->tensors.push_back(std::move(t));
   }
   // The engine hangs on an array written twice, or read and written, by one operation:
@@ -229,12 +230,12 @@ int Grouped(OpType type, void** inputs, void** outputs, int num, const Names& na
 
 int Call(OpType type, void** inputs, void** outputs, int num, const std::string* names,
          int reduce_op, double prescale, double postscale, int priority, int process_set_id,
-         const std::string* fail_with, bool names_distinct) {
+         const std::string* fail_with, bool names_distinct, bool size_exchange) {
   Names n;
   n.s = names;
   n.distinct = names_distinct;
   return Grouped(type, inputs, outputs, num, n, reduce_op, prescale, postscale, priority,
-                 process_set_id, fail_with);
+                 process_set_id, fail_with, size_exchange);
 }
 
 int Broadcast(void* input, void* output, const std::string& name, int root_rank, int priority,
@@ -264,6 +265,48 @@ int Broadcast(void* input, void* output, const std::string& name, int root_rank,
     return Fail(Status::InvalidArgument(*fail_with));
   }
   s = Push(std::move(op), priority, "HorovodBroadcast");
+  return s.ok() ? 0 : Fail(s);
+}
+
+int Alltoall(void* input, void* output, const char* name, const int64_t* splits,
+             const int64_t* recv_splits, int num_splits, int priority, int process_set_id,
+             bool size_exchange) {
+  auto op = std::make_unique<EngineOp>();
+  Status s = MemberSet(process_set_id, OpTypeName(OpType::kAlltoall), name, &op->set);
+  if (!s.ok()) return Fail(s);
+  auto refuse = [&](const Status& why) {
+    return Refuse(op->set, OpType::kAlltoall, {name ? name : ""}, why);
+  };
+  const int size = op->set->size;
+  if (num_splits != size) {
+    return refuse(Status::InvalidArgument(What(OpType::kAlltoall, name) + ": " + std::to_string(num_splits) +
+                                        " splits given for " + std::to_string(size) + " ranks"));
+  }
+  if (!splits || !recv_splits) {
+    return refuse(Status::InvalidArgument(What(OpType::kAlltoall, name) + ": the " +
+                                        (!splits ? "splits" : "recv_splits") + " array is null"));
+  }
+  OpTensor t;
+  s = MakeTensor(OpType::kAlltoall, *op->set, input, output, name ? name : "", &t);
+  if (!s.ok()) return refuse(s);
+  op->tensors.push_back(std::move(t));
+  OpTensor& ot = op->tensors.back();
+  int64_t rows = 0;
+  for (int i = 0; i < num_splits; ++i) {
+    if (splits[i] < 0 || recv_splits[i] < 0) {
+      return refuse(Status::InvalidArgument(What(OpType::kAlltoall, name) + ": negative split"));
+    }
+    rows += splits[i];
+  }
+  if (ot.request.shape.empty() || rows > ot.request.shape[0]) {
+    return refuse(Status::InvalidArgument(What(OpType::kAlltoall, name) + ": splits add up to " +
+                                        std::to_string(rows) + " rows but the tensor has " +
+                                        std::to_string(ot.request.shape.empty() ? 0 : ot.request.shape[0])));
+  }
+  ot.request.splits.assign(splits, splits + num_splits);
+  ot.recv_splits.assign(recv_splits, recv_splits + num_splits);
+  ot.request.size_exchange = size_exchange;
+  s = Push(std::move(op), priority, "HorovodAlltoall");
   return s.ok() ? 0 : Fail(s);
 }
 
@@ -334,42 +377,8 @@ int MXWaitforHorovodBroadcast(MXHNDArrayHandle input, MXHNDArrayHandle output, c
 int MXWaitforHorovodAlltoall(MXHNDArrayHandle input, MXHNDArrayHandle output, const char* name,
                              const int64_t* splits, const int64_t* recv_splits, int num_splits,
                              int priority, int process_set_id) {
-  auto op = std::make_unique<EngineOp>();
-  Status s = MemberSet(process_set_id, OpTypeName(OpType::kAlltoall), name, &op->set);
-  if (!s.ok()) return Fail(s);
-  auto refuse = [&](const Status& why) {
-    return Refuse(op->set, OpType::kAlltoall, {name ? name : ""}, why);
-  };
-  const int size = op->set->size;
-  if (num_splits != size) {
-    return refuse(Status::InvalidArgument(What(OpType::kAlltoall, name) + ": " + std::to_string(num_splits) +
-                                        " splits given for " + std::to_string(size) + " ranks"));
-  }
-  if (!splits || !recv_splits) {
-    return refuse(Status::InvalidArgument(What(OpType::kAlltoall, name) + ": the " +
-                                        (!splits ? "splits" : "recv_splits") + " array is null"));
-  }
-  OpTensor t;
-  s = MakeTensor(OpType::kAlltoall, *op->set, input, output, name ? name : "", &t);
-  if (!s.ok()) return refuse(s);
-  op->tensors.push_back(std::move(t));
-  OpTensor& ot = op->tensors.back();
-  int64_t rows = 0;
-  for (int i = 0; i < num_splits; ++i) {
-    if (splits[i] < 0 || recv_splits[i] < 0) {
-      return refuse(Status::InvalidArgument(What(OpType::kAlltoall, name) + ": negative split"));
-    }
-    rows += splits[i];
-  }
-  if (ot.request.shape.empty() || rows > ot.request.shape[0]) {
-    return refuse(Status::InvalidArgument(What(OpType::kAlltoall, name) + ": splits add up to " +
-                                        std::to_string(rows) + " rows but the tensor has " +
-                                        std::to_string(ot.request.shape.empty() ? 0 : ot.request.shape[0])));
-  }
-  ot.request.splits.assign(splits, splits + num_splits);
-  ot.recv_splits.assign(recv_splits, recv_splits + num_splits);
-  s = Push(std::move(op), priority, "HorovodAlltoall");
-  return s.ok() ? 0 : Fail(s);
+  return mxhorovod::mx::Alltoall(input, output, name, splits, recv_splits, num_splits, priority,
+                                 process_set_id, false);
 }
 
 }  // extern "C"

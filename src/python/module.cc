@@ -96,7 +96,8 @@ std::vector<std::string> GroupNames(const py::object& names, size_t n, bool* mad
 // MXNet lacks MKLDNN or the call is a gradient reduction.
 void CallGrouped(OpType type, const char* what, const std::vector<uintptr_t>& ins,
                  const std::vector<uintptr_t>& outs, const py::object& name_or_names, int op,
-                 double pre, double post, int priority, int ps, bool settle) {
+                 double pre, double post, int priority, int ps, bool settle,
+                 bool size_exchange = false) {
   bool made = false;
   const std::vector<std::string> names = GroupNames(name_or_names, ins.size(), &made);
   if (ins.size() != outs.size() || ins.size() != names.size()) {
@@ -116,7 +117,7 @@ void CallGrouped(OpType type, const char* what, const std::vector<uintptr_t>& in
     for (size_t i = 0; settle && s.ok() && i < in.size(); ++i) s = Settle(in[i], false);
     const std::string why = UnreadableInput(s);
     rc = mx::Call(type, in.data(), out.data(), (int)in.size(), names.data(), op, pre, post,
-                  priority, ps, s.ok() ? nullptr : &why, made);
+                  priority, ps, s.ok() ? nullptr : &why, made, size_exchange);
   }
   Raise(s);
   Check(rc);
@@ -212,11 +213,13 @@ PYBIND11_MODULE(_core, m) {
     CallGrouped(OpType::kReducescatter, "grouped_reducescatter", ins, outs, names,
                 op, pre, post, priority, ps, settle);
   });
+  // size_exchange: an allgather's or alltoall's size exchange (Request::size_exchange).
   m.def("grouped_allgather", [](const std::vector<uintptr_t>& ins, const std::vector<uintptr_t>& outs,
-                                const py::object& names, int priority, int ps) {
+                                const py::object& names, int priority, int ps, bool size_exchange) {
     CallGrouped(OpType::kAllgather, "grouped_allgather", ins, outs, names, 0, 1.0, 1.0, priority, ps,
-                false);
-  });
+                false, size_exchange);
+  }, py::arg("inputs"), py::arg("outputs"), py::arg("names"), py::arg("priority"),
+     py::arg("process_set"), py::arg("size_exchange") = false);
   // wait: 0 none; 1 the input's writers (wait_to_read); 2 its writers and readers, then the
   // default layout (Settle: MXNet with MKLDNN). If the wait raises the error of the operation
   // that wrote the input, the call is submitted as failed (the other ranks get the error)
@@ -241,16 +244,18 @@ PYBIND11_MODULE(_core, m) {
      py::arg("priority"), py::arg("process_set"), py::arg("wait") = 0);
   m.def("alltoall", [](uintptr_t in, uintptr_t out, const std::string& name,
                        const std::vector<int64_t>& splits, const std::vector<int64_t>& recv_splits,
-                       int priority, int ps) {
+                       int priority, int ps, bool size_exchange) {
     if (splits.size() != recv_splits.size()) ThrowInvalid("alltoall: splits sizes differ");
     int rc;
     {
       py::gil_scoped_release nogil;
-      rc = MXWaitforHorovodAlltoall(H(in), H(out), name.c_str(), splits.data(), recv_splits.data(),
-                                    (int)splits.size(), priority, ps);
+      rc = mx::Alltoall(H(in), H(out), name.c_str(), splits.data(), recv_splits.data(),
+                        (int)splits.size(), priority, ps, size_exchange);
     }
     Check(rc);
-  });
+  }, py::arg("input"), py::arg("output"), py::arg("name"), py::arg("splits"),
+     py::arg("recv_splits"), py::arg("priority"), py::arg("process_set"),
+     py::arg("size_exchange") = false);
   // A call that Python's checks refused on this rank: the same call fails on the other ranks
   // instead of waiting for this one (mx::SubmitRefused). `names`: a list of str, or a base
   // str for `n` tensors named '<base>.<i>'. Nothing if this rank is not a member of the set.

@@ -248,6 +248,21 @@ for step, rows0 in enumerate([1, 3, 1]):
     want = np.concatenate([np.full((rows0 if k == 0 else 2, 2), k, "float32") for k in range(n)])
     close(g.asnumpy(), want, "float32", "allgather changing rows %d" % step)
 
+# One name used by allreduce, allgather and alltoall in turn, the same order on every rank
+# (the allgather's and alltoall's size exchanges carry the name too: the response cache
+# keeps a call's exchange and data apart and evicts both when the kind changes; with any
+# cache capacity the calls meet their counterparts and the values are right).
+for step in range(4):
+    rows = 1 + (step + r) % 3
+    y = hvd.allreduce(mx.nd.ones((3,)) * (r + 1), op=hvd.Sum, name="one.name")
+    close(y.asnumpy(), np.full((3,), n * (n + 1) / 2, "float32"), "float32", "one.name allreduce")
+    g = hvd.allgather(mx.nd.ones((rows, 2)) * r, name="one.name")
+    want = np.concatenate([np.full((1 + (step + k) % 3, 2), k, "float32") for k in range(n)])
+    close(g.asnumpy(), want, "float32", "one.name allgather %d" % step)
+    t = hvd.alltoall(mx.nd.arange(n * 2).reshape((n, 2)) + 10 * r, name="one.name")
+    want = np.stack([np.arange(2 * r, 2 * r + 2) + 10 * k for k in range(n)]).astype("float32")
+    close(t.asnumpy(), want, "float32", "one.name alltoall %d" % step)
+
 # int64 Average keeps all 64 bits.
 big = 2 ** 60 + 1
 yi = hvd.allreduce(mx.nd.array([big], dtype="int64"), op=hvd.Average, name="int64.avg")

@@ -69,6 +69,51 @@ works("root")
 y = hvd.allreduce(mx.nd.ones((3,)), name="mm.kind") if r == 0 else hvd.broadcast(mx.nd.ones((3,)), 0, name="mm.kind")
 expect_error(y, "mm.kind", "allreduce", "broadcast")
 works("kind")
+
+
+def fails_now(call, *needles):
+    """call() raises, or returns arrays whose read raises, an error holding the needles."""
+    try:
+        out = call()
+        for a in (out if isinstance(out, (list, tuple)) else [out]):
+            a.asnumpy()
+    except MXNetError as e:
+        for s in needles:
+            assert s in str(e), "expected %r in error: %s" % (s, e)
+        return
+    raise AssertionError("no error raised; wanted %s" % (needles,))
+
+
+# Allgather and alltoall under a name another rank uses for another collective: their size
+# exchange carries the call's name, so the coordinator fails both calls at once, as
+# Horovod's does (they used to wait for each other under different names: a hang).
+ones = mx.nd.ones
+for name, first, others, kinds in [
+        ("mk.ag", lambda: hvd.allreduce(ones((2,)), name="mk.ag"),
+         lambda: hvd.allgather(ones((2,)), name="mk.ag"), ("allreduce", "allgather")),
+        ("mk.ga", lambda: hvd.allgather(ones((2, 2)), name="mk.ga"),
+         lambda: hvd.alltoall(ones((2 * n,)), name="mk.ga"), ("allgather", "alltoall")),
+        ("mk.tb", lambda: hvd.alltoall(ones((n, 2)), splits=[1] * n, name="mk.tb"),
+         lambda: hvd.broadcast(ones((2,)), root_rank=0, name="mk.tb"), ("alltoall", "broadcast")),
+        ("mk.rs", lambda: hvd.reducescatter(ones((2 * n,)), name="mk.rs"),
+         lambda: hvd.allgather(ones((2,)), name="mk.rs"), ("reducescatter", "allgather")),
+        # A grouped reduction of 3 tensors against a grouped allgather's size exchange (its
+        # tensor 0's name): the reduction's tensors 1 and 2 fail with it.
+        ("mk.gg.0", lambda: hvd.grouped_allreduce([ones((2,))] * 3, name="mk.gg"),
+         lambda: hvd.grouped_allgather([ones((2,)), ones((3,))], name="mk.gg"),
+         ("allreduce", "allgather"))]:
+    fails_now(first if r == 0 else others, "Mismatched operations", "'%s'" % name, *kinds)
+    works(name)
+# The same after every rank made both calls under the name twice (each kind cached in
+# turn; a hit of one kind must not wait for the peers' hit of the other).
+for name, kinds in [("mk.c1", ("allreduce", "allgather")), ("mk.c2", ("allgather", "allreduce"))]:
+    calls = {"allreduce": lambda: hvd.allreduce(ones((2, 2)), name=name),
+             "allgather": lambda: hvd.allgather(ones((2, 2)), name=name)}
+    for _ in range(2):
+        for kind in kinds:
+            calls[kind]().asnumpy()
+    fails_now(calls[kinds[0]] if r == 0 else calls[kinds[1]], "Mismatched operations", "'%s'" % name)
+    works(name)
 # Allgather with different trailing dimensions or dtypes: refused at the call on every
 # rank (as Horovod's allgather, which waits), as an MXNetError that is also a ValueError.
 for call, needles in [
