@@ -60,8 +60,9 @@ struct Request {
   // the peers' tensors fail instead of waiting for it. -1: not checked.
   int32_t group_size = -1;
   // An allgather's or alltoall's size exchange (mxhorovod.mpi_ops._size_exchange_name): it
-  // carries its call's name, before the call's data collective of that name. Local only
-  // (not on the wire): the response cache keeps the two apart (ResponseCache).
+  // carries its call's name, before the call's data collective of that name. The response
+  // cache keeps the two apart (ResponseCache); the ranks must agree (MessageTable::Build),
+  // else their caches would place entries differently.
   bool size_exchange = false;
   // Set when this rank could not run its part (found when the engine ran the operation):
   // the request still goes to the coordinator, so every rank gets the error, none hangs.

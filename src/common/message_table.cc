@@ -68,6 +68,11 @@ Response MessageTable::Build(const std::vector<Request>& reqs) const {
     const bool reduces = a.op_type == OpType::kAllreduce || a.op_type == OpType::kReducescatter;
     if (b.op_type != a.op_type) {
       err = Mismatch("operations", a, b, OpTypeName(a.op_type), OpTypeName(b.op_type));
+    } else if (b.size_exchange != a.size_exchange) {  // only through the C API
+      auto what = [](const Request& q) {
+        return std::string(OpTypeName(q.op_type)) + (q.size_exchange ? " (its size exchange)" : " (its data)");
+      };
+      err = Mismatch("operations", a, b, what(a), what(b));
     } else if (IsControl(a.op_type)) {
       if (b.shape != a.shape) {
         err = std::string(OpTypeName(a.op_type)) + ": the ranks disagree: rank " +

@@ -208,6 +208,19 @@ grp = hvd.grouped_allreduce([mx.nd.ones(2) * r for _ in range(2)], op=hvd.Sum, n
 for x in grp:
     np.testing.assert_array_equal(x.asnumpy(), np.full((2,), n * (n - 1) / 2, "float32"))
 works("core_refused")
+# A size exchange on some ranks meeting a plain allgather of the same name and shape on
+# others (only through the core's API): refused as a mismatch, not run (the ranks' response
+# caches would place the entry differently).
+src, dst = mx.nd.ones((1, 3), dtype="int64"), mx.nd.empty((n, 3), dtype="int64")
+try:
+    _core.grouped_allgather([src.handle.value], [dst.handle.value], ["phase"], 0, 0,
+                            size_exchange=(r == 0))
+    dst.asnumpy()
+    raise AssertionError("an exchange met a plain allgather")
+except MXNetError as e:
+    assert "Mismatched operations for allgather 'phase'" in str(e), str(e)
+    assert "allgather (its size exchange)" in str(e) and "allgather (its data)" in str(e), str(e)
+works("phase")
 
 # Two collectives reading one float32 2-D array (a weight's shape, whose MKLDNN layout is
 # settled first), issued in different orders on different ranks: settling must not wait for
