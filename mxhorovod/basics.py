@@ -165,10 +165,10 @@ def _at_exit():
 def _let_called_collectives_run(what):
     """Waits while this rank's called collectives keep completing (core WaitLocalWork: gives
     up after 10 s, or the stall check time, without one completing), warning if it gives up;
-    when they all ran, reads the trainers' last batch-size checks (mxhorovod.batch_check)."""
-    if not _core.is_initialized():
-        return
-    if not _core.wait_local_work():
+    when they all ran, reads the trainers' last batch-size checks (mxhorovod.batch_check).
+    Also when a peer's shutdown has stopped mxhorovod here already: this rank's collectives
+    have then completed or failed, so the checks read at once (a failed one says nothing)."""
+    if _core.is_initialized() and not _core.wait_local_work():
         logging.getLogger("mxhorovod").warning(
             "%s: collectives called on this rank stopped completing (none for 10 s, or the "
             "stall check time); stopping anyway (their peers get an error)", what)
