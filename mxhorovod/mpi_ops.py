@@ -498,8 +498,9 @@ def _size_exchange_name(base, what):
     for allgather, '<base>.0' for grouped_allgather; alltoall's splits exchange is
     '<base>'). The data collective of that name follows it (one name's calls run in call
     order), and a peer that made another collective under the name meets the exchange at
-    the coordinator, which fails both calls at once ("Mismatched operations"), as Horovod
-    does, instead of the two waiting for each other under different names."""
+    the coordinator, which fails both calls at once ("Mismatched operations") instead of
+    the two waiting for each other under different names (as in Horovod, whose names carry
+    the collective's kind: 'allreduce.k' and 'allgather.k' never meet)."""
     return base if what == "allgather" else base + ".0"
 
 
