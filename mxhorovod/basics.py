@@ -25,6 +25,8 @@ _atexit_registered = False
 # joined the starting background thread (it waits forever) and reset the automatic names
 # after the first had returned; two shutdown() calls joined the thread together (a hang).
 _init_lock = threading.RLock()
+# A rank failing before init() while another library (mpi4py) runs MPI ends the job too.
+failures.install_before_init()
 
 
 def init(comm=None, process_sets=None):

@@ -20,6 +20,14 @@ than one rank, ``init()`` installs:
   ``mxhorovod/rank_guard.py`` (a parent that waits for the rank and names it) to have it
   named; ``HOROVOD_LOG_LEVEL=info`` also logs each rank's pid at ``init()``.
 
+Before ``init()`` (from the import of mxhorovod on), an unhandled exception on the main
+thread of a process in which another library started MPI (``from mpi4py import MPI``, in
+a job of 2+ ranks) ends the job the same way, logged as ``... rank 1 (pid 4242 on host)
+failed with an unhandled ValueError before hvd.init(); ending the job (MPI_Abort)``: that
+rank's exit otherwise waits in mpi4py's ``MPI_Finalize`` for the others, and they wait in
+``init()`` for it, forever. Without MPI started (no mpi4py) ``init()`` sees such a rank
+gone by itself, and the hook only prints the traceback.
+
 A script that wants to handle a failure itself restores ``sys.excepthook`` (for instance to
 ``sys.__excepthook__``) after ``init()``; ``sys.exit(n)`` is not an exception here and
 ends only this rank (its exit shuts mxhorovod down, so the peers' pending operations fail
@@ -83,10 +91,45 @@ def _excepthook(exc_type, exc, tb):
         _core.abort_job(1)
 
 
+def _before_init_excepthook(exc_type, exc, tb):
+    previous = _early["previous"] or sys.__excepthook__
+    # Not in a child forked after the import (a DataLoader worker): it is not the rank.
+    running, rank, size = _core.mpi_world() if os.getpid() == _early["pid"] else (False, -1, 0)
+    if not running or size < 2:
+        previous(exc_type, exc, tb)
+        return
+    try:
+        get_logger().error("rank %d (pid %d on %s) failed with an unhandled %s before hvd.init(); "
+                           "ending the job (MPI_Abort)", rank, os.getpid(), socket.gethostname(),
+                           exc_type.__name__)
+    finally:
+        previous(exc_type, exc, tb)
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # a closed or replaced stream must not stop the abort
+                pass
+        _core.abort_job(1)
+
+
+_early = {"pid": None, "previous": None}
+
+
+def install_before_init():
+    """Installs the excepthook for failures before ``init()`` (see the module's docstring);
+    called at the import of mxhorovod. ``install`` replaces it."""
+    if _early["pid"] is None:
+        _early["pid"] = os.getpid()
+        _early["previous"] = sys.excepthook
+        sys.excepthook = _before_init_excepthook
+
+
 def install(rank, size):
     """Installs the excepthook and the signal reports for ``rank`` (jobs of 2+ ranks).
 
     Called by ``init()``; again after a re-init only updates the rank."""
+    if sys.excepthook is _before_init_excepthook:  # init's own, chained to the script's
+        sys.excepthook = _early["previous"] or sys.__excepthook__
     if size < 2:
         return
     _state["rank"] = rank

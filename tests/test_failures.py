@@ -44,6 +44,21 @@ def test_unhandled_exception_aborts_the_job_naming_the_rank():
     assert "RuntimeError: boom on rank 1" in out  # the traceback follows
 
 
+def test_unhandled_exception_before_init_with_mpi4py_aborts_the_job():
+    # mpi4py started MPI: the failing rank's exit waited in MPI_Finalize for the others,
+    # which waited in init() for it (a hang until the timeout).
+    proc = run_ranks(3, "exit_before_init_mpi4py.py", ["raise"], timeout=90, expect_ok=False)
+    assert proc.returncode != 0, proc.stdout
+    assert re.search(r"\[2\]<error> %s mxhorovod: rank 2 \(pid \d+ on \S+\) failed with an "
+                     r"unhandled RuntimeError before hvd.init\(\); ending the job \(MPI_Abort\)"
+                     % TIME, proc.stdout), proc.stdout
+    assert "a script failing on rank 2 before hvd.init()" in proc.stdout, proc.stdout
+
+
+def test_a_forked_child_failing_before_init_with_mpi4py_ends_alone():
+    run_ranks(3, "exit_before_init_mpi4py.py", ["child"], timeout=90)
+
+
 @pytest.mark.parametrize("mode", ["exception", "sigterm"])
 def test_a_job_ended_by_a_dead_rank_leaves_no_mpich_files_in_dev_shm(mode):
     # MPICH unlinks its shared-memory segment at MPI_Finalize only: each job ended by

@@ -156,6 +156,16 @@ void DrainOutput(int limit_ms) {
 
 }  // namespace
 
+bool MPIWorld(int* rank, int* size) {
+  int inited = 0, finalized = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&finalized);
+  if (!inited || finalized) return false;
+  MPI_Comm_rank(MPI_COMM_WORLD, rank);
+  MPI_Comm_size(MPI_COMM_WORLD, size);
+  return true;
+}
+
 void AbortJob(int code) {
   Timeline::Get().Stop();
   DrainOutput(2000);

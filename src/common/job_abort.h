@@ -20,6 +20,9 @@ namespace mxhorovod {
 // stdout and stderr pipes (it is killed by the abort, and what it has not read is lost), then
 // MPI_Abort(MPI_COMM_WORLD, code): every rank of the job ends and the launcher exits non-zero. Returns only if MPI is not running.
 void AbortJob(int code);
+// Whether MPI runs in this process (started by mxhorovod or by another library, mpi4py,
+// and not finalized); if so, this process's rank in MPI_COMM_WORLD and its size.
+bool MPIWorld(int* rank, int* size);
 // Installs the fatal-signal reports for this rank (once per process; later calls only
 // update the rank). Writes nothing when HOROVOD_LOG_LEVEL is above error.
 void InstallSignalReports(int rank);

@@ -157,6 +157,11 @@ PYBIND11_MODULE(_core, m) {
   m.def("abort_job", [](int code) { py::gil_scoped_release nogil; AbortJob(code); },
         "MPI_Abort(MPI_COMM_WORLD, code); returns only if MPI is not running");
   m.def("install_signal_reports", &InstallSignalReports);
+  m.def("mpi_world", [] {
+    int rank = -1, size = 0;
+    const bool running = MPIWorld(&rank, &size);
+    return py::make_tuple(running, rank, size);
+  }, "(MPI runs in this process, its rank in MPI_COMM_WORLD, the size), by anyone started");
   m.def("topology", &TopologyTuple, "(rank, size, local_rank, local_size, cross_rank, cross_size)");
   m.def("mpi_threads_supported", &MPIThreadsSupported);
   m.def("process_sets", [] {
