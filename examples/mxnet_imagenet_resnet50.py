@@ -157,9 +157,9 @@ def report(args, epoch, loss, acc, images, seconds, size, timed_steps=None):
     ips = images / seconds
     what = "benchmark" if args.benchmark else "epoch %d" % (epoch + 1)
     print("%s: train loss %.4f%s, %.1f images/sec per rank, %.1f images/sec total "
-          "(%d ranks, batch %d per rank%s)"
+          "(%d rank%s, batch %d per rank%s)"
           % (what, loss, "" if acc is None else ", val accuracy %.4f" % acc, ips / size, ips,
-             size, args.batch_size,
+             size, "" if size == 1 else "s", args.batch_size,
              ", %d timed steps" % timed_steps if timed_steps else ""), flush=True)
 
 
@@ -284,9 +284,9 @@ def main(argv=None):
     if args.resume and args.checkpoint_dir and not args.benchmark:
         start_epoch = latest_epoch(args.checkpoint_dir, NAME)
     if rank == 0:
-        print("mxhorovod ResNet-50 v1 (%s API): %d ranks, batch %d per rank, %d steps per "
+        print("mxhorovod ResNet-50 v1 (%s API): %d rank%s, batch %d per rank, %d steps per "
               "epoch, image %d, lr %g after warm-up, data: %s%s"
-              % (args.mode, size, args.batch_size, steps, args.image_size,
+              % (args.mode, size, "" if size == 1 else "s", args.batch_size, steps, args.image_size,
                  args.lr * size, "synthetic" if args.benchmark else args.rec_train,
                  ", resuming after epoch %d" % start_epoch if start_epoch else ""), flush=True)
     (run_module if args.mode == "module" else run_gluon)(args, train, val, steps, start_epoch)

@@ -125,8 +125,8 @@ def main(argv=None):
     else:
         hvd.broadcast_parameters(net.collect_params(), root_rank=0)
     if rank == 0:
-        print("mxhorovod MNIST: %d ranks, batch %d per rank, %d steps per epoch, lr %g, data: %s%s"
-              % (size, args.batch_size, steps, args.lr * size, source,
+        print("mxhorovod MNIST: %d rank%s, batch %d per rank, %d steps per epoch, lr %g, data: %s%s"
+              % (size, "" if size == 1 else "s", args.batch_size, steps, args.lr * size, source,
                  ", resuming after epoch %d" % start_epoch if start_epoch else ""), flush=True)
 
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
@@ -165,8 +165,9 @@ def main(argv=None):
         if rank == 0:
             ips = steps * args.batch_size * size / elapsed
             print("epoch %d: train loss %.4f, test accuracy %.4f (%d/%d), %.0f images/sec "
-                  "(%d ranks, %.0f per rank), %.1f s"
-                  % (epoch + 1, mean_loss, acc, correct, seen, ips, size, ips / size, elapsed),
+                  "(%d rank%s, %.0f per rank), %.1f s"
+                  % (epoch + 1, mean_loss, acc, correct, seen, ips, size,
+                     "" if size == 1 else "s", ips / size, elapsed),
                   flush=True)
         if args.checkpoint_dir and ((args.save_every > 0 and (epoch + 1) % args.save_every == 0)
                                     or epoch + 1 == args.epochs):

@@ -86,6 +86,16 @@ def test_mnist_subset_two_ranks_with_loader_workers():
 
 
 @needs_mnist
+def test_mnist_one_rank_says_1_rank():
+    # "-np 1" (README's one-rank figure) printed "1 ranks".
+    out = example(1, "mxnet_mnist.py", ["--epochs", "1", "--train-limit", "640",
+                                        "--test-limit", "200", "--no-progress"])
+    assert "mxhorovod MNIST: 1 rank, batch 64" in out, out[-3000:]
+    assert re.search(r"[\d.]+ images/sec \(1 rank, [\d.]+ per rank\)", out), out[-3000:]
+    assert "1 ranks" not in out
+
+
+@needs_mnist
 def test_mnist_takes_horovods_example_flags():
     # The command line of Horovod's examples/mxnet/mxnet_mnist.py: float64 training, a
     # gradient predivide factor (the same mean gradient), --no-cuda.
@@ -206,3 +216,12 @@ def test_resnet50_benchmark_reports_throughput():
                    "--benchmark-steps", "2", "--warmup-steps", "1", "--fp16-allreduce"])
     m = re.search(r"([\d.]+) images/sec per rank, ([\d.]+) images/sec total \(2 ranks", out)
     assert m and float(m.group(2)) > 0, out[-3000:]
+
+
+def test_resnet50_benchmark_one_rank_says_1_rank():
+    pytest.importorskip("gluoncv")
+    out = example(1, "mxnet_imagenet_resnet50.py",
+                  ["--benchmark", "--batch-size", "2", "--image-size", "32",
+                   "--benchmark-steps", "2", "--warmup-steps", "1"])
+    assert "(gluon API): 1 rank, batch 2" in out, out[-3000:]
+    assert "images/sec total (1 rank, batch 2 per rank" in out, out[-3000:]
