@@ -3,7 +3,7 @@ loaders, sharding and checkpoint resume), ResNet-50 on 20 real ImageNet photos p
 a RecordIO file, and the synthetic benchmark.
 
 The full run (3 epochs of all 60,000 images, >= 98% test accuracy) is documented in
-docs/training.md; it takes about 80 s on 2 cores and is not part of this suite.
+README.md ("The examples"); it takes about 80 s on 2 cores and is not part of this suite.
 """
 import glob
 import importlib.util
