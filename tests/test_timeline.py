@@ -153,6 +153,26 @@ def test_summary_of_an_unfinished_file(recorded, tmp_path):
         assert out.returncode == 2 and "is not a timeline" in out.stderr, (text, out.stderr)
 
 
+def test_summary_cli_into_a_closed_pipe(tmp_path):
+    # "python -m mxhorovod.timeline summary FILE | head" ended in a BrokenPipeError traceback
+    # once head had gone, before the chart was written.
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(_row(1, "a") + _span(1, "NEGOTIATE_ALLREDUCE", 0, 10)
+                               + _span(1, "ALLREDUCE", 10, 30)))
+    png = tmp_path / "t.png"
+    r, w = os.pipe()
+    os.close(r)  # no reader at all: the first write fails with EPIPE
+    try:
+        out = subprocess.run([sys.executable, "-m", "mxhorovod.timeline", "summary", str(path)],
+                             stdout=w, stderr=subprocess.PIPE, text=True, timeout=120, cwd=ROOT,
+                             env=dict(os.environ, PYTHONPATH=ROOT))
+    finally:
+        os.close(w)
+    assert out.returncode == 0 and "Error" not in out.stderr, out.stderr
+    with open(png, "rb") as f:
+        assert f.read(8) == PNG_MAGIC
+
+
 def _row(pid, name):
     return [{"name": "process_name", "ph": "M", "pid": pid, "args": {"name": name}}]
 

@@ -8,6 +8,18 @@ from mxhorovod.timeline.events import load
 from mxhorovod.timeline.summary import format_summary, summarize
 
 
+def _say(text):
+    """print(), but a reader that went away (``... | head``) only ends the output: the
+    rest of the work (the chart) is still done, without a BrokenPipeError traceback."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        # Python's recipe: later writes and the flush at exit go to /dev/null.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m mxhorovod.timeline",
                                      description="Read an mxhorovod timeline file.")
@@ -27,11 +39,11 @@ def main(argv=None):
         print("error: %s" % e, file=sys.stderr)
         return 2
     summary = summarize(timeline)
-    print(format_summary(summary, top=args.top, path=args.file))
+    _say(format_summary(summary, top=args.top, path=args.file))
     if not args.no_png:
         png = args.png or os.path.splitext(args.file)[0] + ".png"
         plot_steps(summary, png, title=os.path.basename(args.file))
-        print("\nchart: %s (wall time per phase per step)" % png)
+        _say("\nchart: %s (wall time per phase per step)" % png)
     return 0
 
 
