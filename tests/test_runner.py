@@ -696,6 +696,33 @@ def test_end_to_end_timestamps_and_padded_ranks(tmp_path):
         assert re.search("^%s\\[%d\\] oops %d$" % (stamp, r, r), proc.stdout, re.M), proc.stdout
 
 
+def test_end_to_end_output_filename_with_the_console_gone(tmp_path):
+    # "mxhorovodrun --output-filename DIR ... | head": once the console's reader had gone,
+    # each relaying thread died of a BrokenPipeError (a traceback per rank and stream) and
+    # closed its rank's pipe, so DIR/rank.<r>/stdout stopped at the lines already relayed.
+    out = tmp_path / "logs"
+    script = ('import os, sys, time; r = os.environ["PMI_RANK"]\n'
+              'for i in range(30):\n'
+              '    sys.stdout.write("line %d of rank %s\\n" % (i, r)); sys.stdout.flush()\n'
+              '    time.sleep(0.01)\n')
+    full = dict(os.environ, OMP_NUM_THREADS="1")
+    full["PYTHONPATH"] = os.pathsep.join([REPO] + [p for p in full.get("PYTHONPATH", "").split(os.pathsep) if p])
+    r, w = os.pipe()
+    os.close(r)  # no reader at all: the first console write fails with EPIPE
+    try:
+        proc = subprocess.run([sys.executable, "-m", "mxhorovod.runner", "-np", "2",
+                               "--output-filename", str(out), sys.executable, "-c", script],
+                              env=full, stdout=w, stderr=subprocess.PIPE, text=True,
+                              timeout=120)
+    finally:
+        os.close(w)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    for rank in range(2):
+        lines = (out / ("rank.%d" % rank) / "stdout").read_text().splitlines()
+        assert lines == ["line %d of rank %d" % (i, rank) for i in range(30)], lines
+
+
 def test_end_to_end_captured_exit_status_and_killed_rank(tmp_path):
     # The launcher is mpirun's parent now: the rank's exit status still comes back, and a
     # killed rank still ends the job.

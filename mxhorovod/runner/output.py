@@ -57,11 +57,32 @@ class _Sink:
         so that the next rank's line starts on a line of its own; the file does not)."""
         stamp = (time.asctime() + " ").encode() if self.timestamps else b""
         with self.lock:
-            self.console.write(stamp + b"[%d] " % rank + data + (b"\n" if end else b""))
-            self.console.flush()
+            if self.console is not None:
+                try:
+                    self.console.write(stamp + b"[%d] " % rank + data + (b"\n" if end else b""))
+                    self.console.flush()
+                except OSError:
+                    self._console_gone()
         if file is not None:
             file.write(stamp + data)
             file.flush()
+
+    def _console_gone(self):
+        # The console's reader went away ("mxhorovodrun ... | head") or its terminal hung
+        # up. The reader thread used to die of it (a BrokenPipeError traceback): the rank's
+        # pipe closed, the rest of its output lost, --output-filename's files cut short.
+        # Now only the console is dropped and relaying to the files goes on; the console's
+        # descriptor gets /dev/null, so that the flush at exit has nothing to fail on
+        # (Python's recipe for BrokenPipeError).
+        console, self.console = self.console, None
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, console.fileno())
+            finally:
+                os.close(devnull)
+        except (OSError, ValueError, AttributeError):
+            pass  # not a file of its own (a test's BytesIO): dropping it is enough
 
 
 def _read(fd, rank, sink, file):
