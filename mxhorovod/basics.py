@@ -35,7 +35,8 @@ def init(comm=None, process_sets=None):
 
     Args:
         comm: None for MPI_COMM_WORLD; an mpi4py communicator, whose ranks form the job; or
-            a list of ranks of MPI_COMM_WORLD (only those ranks call ``init``). The library
+            a list of ranks of MPI_COMM_WORLD (only those ranks call ``init``; under
+            MPICH the others must still start MPI, e.g. by importing mpi4py). The library
             always works on its own duplicate, so the caller may keep using ``comm`` (and
             mpi4py in general) beside it.
         process_sets: a list of :class:`mxhorovod.ProcessSet` (or rank lists) to register

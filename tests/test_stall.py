@@ -178,13 +178,14 @@ def test_a_stopped_rank_is_reported_by_its_peers_then_recovers():
 
 
 @pytest.mark.parametrize("np_, mode, guard", [(2, "raise", False), (3, "os_exit", False),
-                                              (2, "raise", True)])
+                                              (2, "raise", True), (3, "left_out", False)])
 def test_a_rank_that_exits_before_init_fails_the_others_init(np_, mode, guard):
     # A rank that ended before hvd.init() (an exception at import, os._exit) left the
     # others in init() forever, warning every 30 s that they still waited: Hydra ends a
     # job only when a rank that started MPI exits. Their init() now raises within seconds,
     # naming the rank (the worker checks the text and the time), also with each rank
-    # started under the rank guard (one process more between mpirun and the rank).
+    # started under the rank guard (one process more between mpirun and the rank). And a
+    # rank left out of hvd.init(comm=[0, 1]) that never starts MPI: the text says it must.
     prefix = [sys.executable, GUARD] if guard else []
     proc = run_ranks(np_, "init_exited_peer.py", [mode], timeout=120, expect_ok=False, prefix=prefix)
     out = proc.stdout

@@ -1,5 +1,6 @@
 """The last rank ends before hvd.init() (argv[1]: 'raise', an unhandled exception before it
-imports mxhorovod; 'os_exit', os._exit(0)): the other ranks waited in init() forever (in
+imports mxhorovod; 'os_exit', os._exit(0); 'left_out', a normal exit of a rank the others
+leave out of hvd.init(comm=[...]) but which never starts MPI): the other ranks waited in init() forever (in
 MPI_Init_thread, which waits for every rank of the job; Hydra ends a job only when a rank
 that started MPI exits), warning every 30 s that they still wait. Now their init() raises,
 within seconds, naming the exited rank; they check the text, print RANK <r> OK and end
@@ -14,13 +15,15 @@ last = world_size - 1
 if world_rank == last:
     if mode == "raise":
         raise RuntimeError("a script failing on rank %d before hvd.init()" % world_rank)
+    if mode == "left_out":
+        sys.exit(0)
     os._exit(0)
 
 import mxhorovod as hvd  # noqa: E402
 
 t0 = time.time()
 try:
-    hvd.init()
+    hvd.init(comm=list(range(last)) if mode == "left_out" else None)
 except ValueError as e:
     text = str(e)
 else:
@@ -29,10 +32,14 @@ waited = time.time() - t0
 want = "init(): rank %d of %d has exited before calling hvd.init(), while rank %d of %d waited" % (
     last, world_size, world_rank, world_size)
 assert want in text, text
+# What a rank left out of init(comm=[...]) lacks (the text said only "every rank of the
+# job must call hvd.init()").
+assert "a rank left out of init(comm=[...]) must still start MPI, as importing mpi4py does" \
+    in text, text
 assert waited < 20, waited
 # Later calls say the same instead of starting again (the thread is still blocked in MPI).
 try:
-    hvd.init()
+    hvd.init(comm=list(range(last)) if mode == "left_out" else None)
 except ValueError as e:
     assert want in str(e), str(e)
 else:
