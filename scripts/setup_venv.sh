@@ -1,11 +1,27 @@
 #!/usr/bin/env bash
 # Creates (or updates) the venv .venv/ in the repository with MXNet 1.9.1, MPI from PyPI
 # (mpich), mpi4py, the examples' data packages, and mxhorovod built from this checkout.
-# Usage: bash scripts/setup_venv.sh        (VENV=path to use another folder)
+# Usage: bash scripts/setup_venv.sh        (VENV=path to use another folder, PYTHON=python3.11
+# to make it with that Python: 3.10 or 3.11)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 PY=${PYTHON:-python3}
+# The pins need Python 3.10 or 3.11: numpy 1.23.5 (MXNet 1.9.1 needs numpy < 1.24) has no
+# wheel past 3.11, matplotlib 3.10 none before 3.10. Say so before pip fails on them.
+HINT="name one: PYTHON=python3.11 bash scripts/setup_venv.sh"
+if [ -x "$VENV/bin/python" ]; then
+  CHECK="$VENV/bin/python"; HINT="remove $VENV and $HINT"
+else
+  CHECK=$PY
+fi
+VER=$("$CHECK" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || true)
+case "$VER" in
+  3.10|3.11) ;;
+  *) echo "setup_venv.sh: needs Python 3.10 or 3.11 (numpy 1.23.5 for MXNet 1.9.1," \
+          "matplotlib 3.10); $CHECK is ${VER:-not a Python that runs}: $HINT" >&2
+     exit 1 ;;
+esac
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 PIP="$VENV/bin/pip --disable-pip-version-check -q"
 $PIP install -r requirements.txt

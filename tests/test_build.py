@@ -52,3 +52,21 @@ def test_import_needs_no_library_path():
     proc = subprocess.run([sys.executable, "-c", "import mxhorovod, mxhorovod._core"], env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout
+
+
+@pytest.mark.parametrize("version", ["3.12", "3.9", None])
+def test_setup_venv_names_the_pythons_it_needs(tmp_path, version):
+    # Under a python3 of 3.12 (Ubuntu 24.04's), the README's first command made the venv and
+    # then failed in pip: numpy 1.23.5, which MXNet 1.9.1 needs, has no wheel past 3.11.
+    fake = tmp_path / "python-fake"
+    answer = "echo %s" % version if version else "exit 1"
+    fake.write_text('#!/bin/sh\ncase "$1" in -c) %s ;; *) exit 99 ;; esac\n' % answer)
+    fake.chmod(0o755)
+    venv = tmp_path / "venv"
+    proc = subprocess.run(["bash", os.path.join(ROOT, "scripts", "setup_venv.sh")],
+                          env=dict(os.environ, PYTHON=str(fake), VENV=str(venv)),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+    assert proc.returncode == 1, proc.stdout
+    assert "needs Python 3.10 or 3.11" in proc.stdout, proc.stdout
+    assert "PYTHON=python3.11 bash scripts/setup_venv.sh" in proc.stdout, proc.stdout
+    assert not venv.exists()
