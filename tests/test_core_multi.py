@@ -85,6 +85,10 @@ def test_thousands_of_calls_of_one_name_in_flight_and_at_shutdown():
     run_ranks(2, "core_call_order_many.py", timeout=180)
 
 
+def test_a_new_name_per_call_keeps_bounded_state():
+    run_ranks(2, "many_names.py", timeout=240)
+
+
 @pytest.mark.parametrize("np_", [2, 3])
 def test_naive_engine_errors_raise_at_the_call(np_):
     run_ranks(np_, "naive_engine.py", timeout=180, env={"MXNET_ENGINE_TYPE": "NaiveEngine"})

@@ -27,6 +27,7 @@ void TensorQueue::Sweep() {
   }
   ++sweeps_;
   finished_since_sweep_ = 0;
+  kept_at_sweep_ = lines_.size();
 }
 
 bool TensorQueue::FirstInLines(const std::vector<std::string>& names, uint64_t ticket) const {
@@ -71,8 +72,12 @@ std::vector<std::function<void()>> TensorQueue::Finish(const std::vector<std::st
     }
     fronts.push_back(line.front());
   }
-  // Amortized O(1) per call: a sweep visits at most twice the lines kept since the last.
-  if (++finished_since_sweep_ >= std::max<size_t>(4096, lines_.size())) Sweep();
+  // Amortized O(1) per call: a sweep visits the lines kept by the last one plus at most
+  // one per name of each call finished since. The threshold is what the last sweep kept,
+  // not lines_.size(): with a new name per call (a step number in the name, or no name:
+  // numbered) lines_ grows by one per call, as fast as the count, and the sweep after the
+  // first never came (every name kept: about 200 bytes per call, without bound).
+  if (++finished_since_sweep_ >= std::max<size_t>(4096, kept_at_sweep_)) Sweep();
   std::sort(fronts.begin(), fronts.end());
   fronts.erase(std::unique(fronts.begin(), fronts.end()), fronts.end());
   for (uint64_t t : fronts) {
@@ -178,6 +183,11 @@ std::vector<TensorTableEntry> TensorQueue::TakeAll() {
   table_.clear();
   new_slots_.clear();
   return out;
+}
+
+size_t TensorQueue::Lines() {
+  std::lock_guard<std::mutex> lk(mu_);
+  return lines_.size();
 }
 
 }  // namespace mxhorovod

@@ -57,6 +57,9 @@ class TensorQueue {
   // Every operation registered so far has finished (no line left); `finished` (if given)
   // receives how many operations have finished so far.
   bool Idle(uint64_t* finished = nullptr);
+  // Names with a line kept (in flight, or kept empty for their next call): bounded by the
+  // sweeps whatever the number of distinct names (tests).
+  size_t Lines();
   // Takes every entry and closes the queue to new ones (shutdown, set removed): the caller
   // fails them.
   std::vector<TensorTableEntry> TakeAll();
@@ -82,6 +85,7 @@ class TensorQueue {
   size_t active_lines_ = 0;           // lines not empty
   uint64_t sweeps_ = 0;
   size_t finished_since_sweep_ = 0;
+  size_t kept_at_sweep_ = 0;  // lines_.size() after the last sweep
   void Sweep();
   struct Waiting {
     std::vector<std::string> names;

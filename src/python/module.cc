@@ -171,6 +171,12 @@ PYBIND11_MODULE(_core, m) {
     }
     return out;
   }, "[(id, ranks, included, rank in set or -1, size)] of the registered sets");
+  m.def("queue_lines", [](int32_t id) {
+    for (const auto& ps : ProcessSets()) {
+      if (ps->id == id) return static_cast<int64_t>(ps->queue.Lines());
+    }
+    return static_cast<int64_t>(-1);
+  }, "names with a call-order line kept in the set's queue (-1: no such set); for tests");
   m.def("add_process_set", [](const std::vector<int>& ranks) {
     int32_t id = -1;
     Status s;
