@@ -72,12 +72,15 @@ std::vector<std::function<void()>> TensorQueue::Finish(const std::vector<std::st
     }
     fronts.push_back(line.front());
   }
-  // Amortized O(1) per call: a sweep visits the lines kept by the last one plus at most
-  // one per name of each call finished since. The threshold is what the last sweep kept,
-  // not lines_.size(): with a new name per call (a step number in the name, or no name:
-  // numbered) lines_ grows by one per call, as fast as the count, and the sweep after the
-  // first never came (every name kept: about 200 bytes per call, without bound).
-  if (++finished_since_sweep_ >= std::max<size_t>(4096, kept_at_sweep_)) Sweep();
+  // Amortized O(1) per name: a sweep visits the lines kept by the last one plus at most
+  // one per name finished since. The threshold is what the last sweep kept, counted in
+  // names, not lines_.size() nor calls: with a new name per call (a step number in the
+  // name, or no name: numbered) lines_ grows by one per name, as fast as such a count, and
+  // the sweep after the first never came; counted in calls, a grouped call of k new names
+  // made each period k times the last (every name kept: about 200 bytes each, without
+  // bound).
+  finished_since_sweep_ += names.size();
+  if (finished_since_sweep_ >= std::max<size_t>(4096, kept_at_sweep_)) Sweep();
   std::sort(fronts.begin(), fronts.end());
   fronts.erase(std::unique(fronts.begin(), fronts.end()), fronts.end());
   for (uint64_t t : fronts) {

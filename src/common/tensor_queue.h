@@ -84,7 +84,7 @@ class TensorQueue {
   std::unordered_map<std::string, Line> lines_;
   size_t active_lines_ = 0;           // lines not empty
   uint64_t sweeps_ = 0;
-  size_t finished_since_sweep_ = 0;
+  size_t finished_since_sweep_ = 0;  // names of the calls finished since the last sweep
   size_t kept_at_sweep_ = 0;  // lines_.size() after the last sweep
   void Sweep();
   struct Waiting {
