@@ -143,6 +143,14 @@ def test_autotune_tries_every_candidate_and_keeps_results_right(tmp_path):
                    "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE": "2"})
 
 
+def test_autotune_samples_when_no_name_comes_round(tmp_path):
+    log = tmp_path / "autotune.csv"
+    run_ranks(2, "core_autotune_new_names.py", [str(log)], timeout=240,
+              env={"HOROVOD_AUTOTUNE": "1", "HOROVOD_AUTOTUNE_LOG": str(log),
+                   "HOROVOD_AUTOTUNE_WARMUP_SAMPLES": "0",
+                   "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE": "1"})
+
+
 @pytest.mark.parametrize("blocking,cma", [("1", "1"), ("0", "1"), ("1", "0")])
 def test_scaled_sum_agreed_in_process_sets(blocking, cma):
     # MPICH's ring algorithms split the reduction between the ranks, so any disagreement

@@ -9,6 +9,9 @@ const std::vector<double> kSliceMiB = {1, 4, 16, 64};
 const std::vector<double> kZeroCopyKiB = {16, 64, 256, 1024};
 const std::vector<double>* const kGrid[] = {&kFusionMiB, &kCycleMs, &kSliceMiB, &kZeroCopyKiB};
 constexpr size_t kDims = 4;
+// New names without one coming round that count as a step (more than a step of any model
+// has: 16,384 gradients).
+constexpr size_t kMaxStepNames = 16384;
 
 }  // namespace
 
@@ -60,6 +63,13 @@ bool Autotuner::Update(const std::vector<Response>& responses, int64_t bytes) {
         ++steps_;
         seen_.clear();
         seen_.insert(n);
+      } else if (seen_.size() >= kMaxStepNames) {
+        // Names that never come round (unnamed calls are numbered, or a step number in the
+        // name) never end a step: every name was kept, without bound, and no sample was
+        // ever taken. So many new names count as one step. The same on every rank (every
+        // rank sees the same responses).
+        ++steps_;
+        seen_.clear();
       }
     }
   }
