@@ -89,6 +89,10 @@ def test_a_new_name_per_call_keeps_bounded_state():
     run_ranks(2, "many_names.py", timeout=240)
 
 
+def test_many_names_waiting_for_a_late_rank_complete_in_linear_time():
+    run_ranks(2, "many_pending.py", timeout=240)
+
+
 @pytest.mark.parametrize("np_", [2, 3])
 def test_naive_engine_errors_raise_at_the_call(np_):
     run_ranks(np_, "naive_engine.py", timeout=180, env={"MXNET_ENGINE_TYPE": "NaiveEngine"})

@@ -1,6 +1,7 @@
 #include "message_table.h"
 
 #include <algorithm>
+#include <iterator>
 #include <limits>
 #include <sstream>
 
@@ -30,7 +31,7 @@ void MessageTable::Add(const std::vector<Request>& reqs, std::vector<Response>* 
     if (slot.empty()) {
       slot.resize(size_);
       order_.push_back(r.name);
-      since_[r.name] = std::chrono::steady_clock::now();
+      since_[r.name] = Arrival{std::chrono::steady_clock::now(), std::prev(order_.end())};
       for (auto& s : slot) s.rank = -1;
     }
     if (r.rank < 0 || r.rank >= size_) continue;
@@ -179,8 +180,10 @@ void MessageTable::DropGroupExtras(const std::vector<Request>& reqs, Response* r
 
 void MessageTable::Erase(const std::string& name) {
   if (!table_.erase(name)) return;
-  since_.erase(name);
-  order_.erase(std::find(order_.begin(), order_.end(), name));
+  auto it = since_.find(name);
+  if (it == since_.end()) return;
+  order_.erase(it->second.pos);
+  since_.erase(it);
 }
 
 std::vector<PendingName> MessageTable::Pending() const {
@@ -188,7 +191,7 @@ std::vector<PendingName> MessageTable::Pending() const {
   for (const auto& name : order_) {
     PendingName p;
     p.name = name;
-    p.since = since_.at(name);
+    p.since = since_.at(name).since;
     for (const auto& r : table_.at(name)) {
       if (r.rank < 0) continue;
       p.ranks.push_back(r.rank);

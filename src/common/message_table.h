@@ -4,6 +4,7 @@
 #define MXHOROVOD_COMMON_MESSAGE_TABLE_H_
 
 #include <chrono>
+#include <list>
 #include <set>
 #include <string>
 #include <utility>
@@ -49,8 +50,16 @@ class MessageTable {
   int size_;
   std::set<std::pair<std::string, int>> drop_;  // (name, rank) whose request is ignored once
   std::unordered_map<std::string, std::vector<Request>> table_;
-  std::vector<std::string> order_;  // first-arrival order, for Pending()
-  std::unordered_map<std::string, std::chrono::steady_clock::time_point> since_;
+  // First-arrival order, for Pending(); a list, each name's position kept with it: a name
+  // is erased from anywhere in O(1) (a vector searched for it took O(names waiting) per
+  // completion: 80,000 calls of distinct names queued while a rank was late took 8 s to
+  // complete after it caught up, 20,000 took 0.2 s).
+  std::list<std::string> order_;
+  struct Arrival {
+    std::chrono::steady_clock::time_point since;
+    std::list<std::string>::iterator pos;  // in order_
+  };
+  std::unordered_map<std::string, Arrival> since_;
 };
 
 }  // namespace mxhorovod
