@@ -76,18 +76,25 @@ def _excepthook(exc_type, exc, tb):
         # the log line named the child's pid as the rank's).
         previous(exc_type, exc, tb)
         return
+    _end_job(previous, (exc_type, exc, tb), _state["rank"], "", guard=True)
+
+
+def _end_job(previous, exc_info, rank, when, guard):
+    """Logs that ``rank`` failed (``when``: '' or ' before hvd.init()'), lets ``previous``
+    print the traceback, flushes, and ends the job (MPI_Abort)."""
     try:
-        get_logger().error("rank %s (pid %d on %s) failed with an unhandled %s; ending the job "
-                           "(MPI_Abort)", _state["rank"], os.getpid(), socket.gethostname(),
-                           exc_type.__name__)
+        get_logger().error("rank %s (pid %d on %s) failed with an unhandled %s%s; ending the "
+                           "job (MPI_Abort)", rank, os.getpid(), socket.gethostname(),
+                           exc_info[0].__name__, when)
     finally:
-        previous(exc_type, exc, tb)
+        previous(*exc_info)
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
             except Exception:  # a closed or replaced stream must not stop the abort
                 pass
-        note_to_guard(b"A")
+        if guard:
+            note_to_guard(b"A")
         _core.abort_job(1)
 
 
@@ -98,18 +105,7 @@ def _before_init_excepthook(exc_type, exc, tb):
     if not running or size < 2:
         previous(exc_type, exc, tb)
         return
-    try:
-        get_logger().error("rank %d (pid %d on %s) failed with an unhandled %s before hvd.init(); "
-                           "ending the job (MPI_Abort)", rank, os.getpid(), socket.gethostname(),
-                           exc_type.__name__)
-    finally:
-        previous(exc_type, exc, tb)
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:  # a closed or replaced stream must not stop the abort
-                pass
-        _core.abort_job(1)
+    _end_job(previous, (exc_type, exc, tb), rank, " before hvd.init()", guard=False)
 
 
 _early = {"pid": None, "previous": None}
