@@ -114,7 +114,7 @@ for tag, make in [("ea", allreduce), ("ea_", allreduce_), ("ers", reducescatter)
     agree(tag, make(tag), 2)
     works(tag + ".e2")
 agree_gather("eg", 2)
-agree_gather("eg", 2)  # its layout exchange 'eg.rows' cached
+agree_gather("eg", 2)  # its layout exchange ('eg.0', a size exchange) cached
 empty_on("eg", allgather("eg"), n - 1, error_at_call=True)
 works("eg.e1")
 assert hvd.grouped_allgather([], name="eg") == []
