@@ -48,14 +48,7 @@ Status Controller::ComputeResponses(bool shutdown_requested, CycleResult* out) {
       // A failure (a refusal at the call) of a cached name evicts it everywhere, in both
       // phases: a peer's hit on it would otherwise wait for a request that never comes
       // (until the stall check resends it), while the coordinator waits for the peer's.
-      for (bool exchange : {false, true}) {
-        Request phase = r;
-        phase.size_exchange = exchange;
-        if (cache_.capacity() && cache_.Find(phase, &bit, &also) != ResponseCache::kMiss) {
-          evict(bit);
-          evict(also);
-        }
-      }
+      for (int entry : cache_.Entries(r.name)) evict(entry);
       to_send.push_back(r);
       continue;
     }

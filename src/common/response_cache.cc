@@ -26,6 +26,11 @@ ResponseCache::Lookup ResponseCache::Find(const Request& req, int* bit, int* als
   return kInvalid;
 }
 
+ResponseCache::Bits ResponseCache::Entries(const std::string& name) const {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? Bits{-1, -1} : it->second;
+}
+
 int ResponseCache::Put(const Request& req, const Response& resp) {
   int evicted = -1;
   if (capacity_ == 0) return evicted;

@@ -31,6 +31,10 @@ class ResponseCache {
   // *bit). kInvalid: the name is cached with other parameters: the entries in *bit and
   // *also (-1: none) must be evicted everywhere.
   Lookup Find(const Request& req, int* bit, int* also) const;
+  // By name: [0] the collective's entry, [1] its size exchange's (-1: none).
+  using Bits = std::array<int, 2>;
+  // The entries cached under `name`, both phases ({-1, -1}: none).
+  Bits Entries(const std::string& name) const;
   // Records a negotiated response with this rank's request; evicts the least recently used
   // entry when full and returns its bit (-1 if none), whose position is now reused: a
   // request waiting on that bit must be negotiated again. No-op when capacity is 0.
@@ -47,8 +51,6 @@ class ResponseCache {
     std::list<int>::iterator lru;
   };
   static bool SameRequest(const Request& a, const Request& b);
-  // By name: [0] the collective's entry, [1] its size exchange's (-1: none).
-  using Bits = std::array<int, 2>;
   size_t capacity_;
   std::vector<Slot> slots_;
   std::unordered_map<std::string, Bits> by_name_;

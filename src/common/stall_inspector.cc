@@ -84,9 +84,9 @@ std::unordered_map<std::string, std::string> StallInspector::SameCallHints(
   }
   // An allgather or alltoall (its size exchange) stalled beside another call's name
   // submitted by disjoint ranks: allgather and alltoall return only once every rank has
-  // sent its size, so each rank waits in its own first such call and never makes the next: the ranks made their calls in different orders (a loop
-  // over a Python set or dict whose order differs by process). Horovod's allgather and
-  // alltoall wait at the call too.
+  // sent its size, so each rank waits in its own first such call and never makes the next:
+  // the ranks made their calls in different orders (a loop over a Python set or dict whose
+  // order differs by process). Horovod's allgather and alltoall wait at the call too.
   for (const PendingName* x : stalled) {
     auto cx = CallName(x->name);
     if (!WaitsAtCall(x->op_type) || hints.count(x->name)) continue;
