@@ -675,8 +675,8 @@ def _alltoall_splits(tensor, splits, name, world):
         if arr.ndim != 1:
             raise InvalidArgumentError("alltoall '%s': splits must be 1-D, got shape %s" % (name, arr.shape))
         if arr.size != world:
-            raise InvalidArgumentError("alltoall '%s': splits has %d entries for %d ranks"
-                             % (name, arr.size, world))
+            raise InvalidArgumentError("alltoall '%s': splits has %d entries for %d rank%s"
+                             % (name, arr.size, world, "" if world == 1 else "s"))
         if arr.dtype.kind not in "iu":  # a float count would be rounded silently
             raise InvalidArgumentError("alltoall '%s': splits must be integers, got %s" % (name, arr.dtype))
         if (arr < 0).any():

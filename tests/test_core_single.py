@@ -198,6 +198,11 @@ def test_c_entry_points_are_exported_and_callable():
         for sp, rs, what in ((None, splits, b"the splits array"), (splits, None, b"recv_splits")):
             rc = lib.MXWaitforHorovodAlltoall(x.handle, out.handle, b"capi.a", sp, rs, 1, 0, 0)
             assert rc == -1 and what in lib.MXHorovodGetLastError()
+        two = (ctypes.c_int64 * 2)(3, 0)
+        rc = lib.MXWaitforHorovodAlltoall(x.handle, out.handle, b"capi.a", two, two, 2, 0, 0)
+        assert rc == -1 and b": 2 splits given for 1 rank" in lib.MXHorovodGetLastError()
+        with pytest.raises(ValueError, match="splits has 2 entries for 1 rank$"):
+            hvd.alltoall(x, splits=[3, 0])
         rc = lib.MXWaitforHorovodGroupedAllreduce(handles, outs, 1, names, 1, ctypes.c_double(1.0),
                                                   ctypes.c_double(1.0), 0, 0)
         assert rc == 0, lib.MXHorovodGetLastError()
