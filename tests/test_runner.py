@@ -137,8 +137,8 @@ def test_hydra_command_line(tmp_path):
                                              "-i", "/k/id", "--ssh-command", "/bin/standin",
                                              "--network-interfaces", "br0",
                                              "--mpi-args=-genv FOO 1", "python", "train.py", "--lr", "0.1"])
-    assert cmd[1:] == ["-l", "-np", "4", "-hosts", "h1:2,h2:2", "-bind-to", "none", "-map-by", "slot",
-                       "-genvall", "-launcher", "ssh", "-launcher-exec", "/bin/standin", "-iface", "br0",
+    assert cmd[1:] == ["-np", "4", "-hosts", "h1:2,h2:2", "-bind-to", "none", "-map-by", "slot",
+                       "-outfile-pattern", "/cap/stdout.%r", "-errfile-pattern", "/cap/stderr.%r", "-genvall", "-launcher", "ssh", "-launcher-exec", "/bin/standin", "-iface", "br0",
                        "-genv", "FOO", "1", "python", "train.py", "--lr", "0.1"]
     # hydra passes the whole environment (-genvall): no -genv per variable; ssh's options
     # by variable.
@@ -148,8 +148,8 @@ def test_hydra_command_line(tmp_path):
 
 def test_hydra_local_and_hostfile(tmp_path):
     cmd, env, _ = plan(tmp_path, HYDRA, ["-np", "2", "python", "t.py"])
-    assert cmd[1:] == ["-l", "-np", "2", "-bind-to", "none", "-map-by", "slot", "-genvall",
-                       "python", "t.py"]
+    assert cmd[1:] == ["-np", "2", "-bind-to", "none", "-map-by", "slot", "-outfile-pattern", "/cap/stdout.%r", "-errfile-pattern", "/cap/stderr.%r",
+                       "-genvall", "python", "t.py"]
     assert "HYDRA_LAUNCHER_EXTRA_ARGS" not in env
     hostfile = tmp_path / "hosts"
     hostfile.write_text("# cluster\nnode1 slots=2\n\nnode2:3\nnode3\n")
@@ -198,7 +198,8 @@ def test_open_mpi_root_flag_and_local_hosts(tmp_path):
 def test_intel_mpi_command_line(tmp_path):
     cmd, env, _ = plan(tmp_path, INTEL_MPI, ["-np", "4", "-H", "h1:2,h2:2", "-p", "2222",
                                              "--ssh-command", "/bin/standin", "python", "t.py"])
-    assert cmd[1:] == ["-l", "-np", "4", "-hosts", "h1,h2", "-ppn", "2", "-genvall", "-bootstrap", "ssh",
+    assert cmd[1:] == ["-np", "4", "-hosts", "h1,h2", "-ppn", "2", "-outfile-pattern", "/cap/stdout.%r", "-errfile-pattern", "/cap/stderr.%r",
+                       "-genvall", "-bootstrap", "ssh",
                        "-bootstrap-exec", "/bin/standin", "-bootstrap-exec-args", "-p 2222",
                        "python", "t.py"]
     with pytest.raises(LaunchError, match="one number of processes per host.*h1:2,h2:1"):
@@ -335,17 +336,36 @@ def test_bad_hostfile_and_too_few_slots(tmp_path):
     assert hostlib.assign_ranks([("a", 2), ("b", 2)], 3) == [("a", 2), ("b", 1)]
 
 
+def starts(started):
+    """main()'s two ways of starting mpirun, recording (path, argv, env) in ``started``
+    instead: exec (Open MPI) and the output relay's child (hydra, Intel MPI)."""
+    class Finished:
+        def wait(self):
+            return 0
+
+        def poll(self):
+            return 0
+
+        def send_signal(self, signum):
+            pass
+
+    def popen(argv, env=None):
+        started.append((argv[0], argv, env))
+        return Finished()
+    return dict(execve=lambda *a: started.append(a), popen=popen)
+
+
 def test_main_reports_errors_without_starting_anything(tmp_path, monkeypatch, capsys):
     started = []
     monkeypatch.setenv("MXHOROVOD_MPIRUN", str(tmp_path / "missing"))
-    assert main(["-np", "2", "python", "t.py"], execve=lambda *a: started.append(a)) == 1
+    assert main(["-np", "2", "python", "t.py"], **starts(started)) == 1
     assert "MXHOROVOD_MPIRUN=%s is not an executable file" % (tmp_path / "missing") in capsys.readouterr().err
     monkeypatch.setenv("MXHOROVOD_MPIRUN", fake_mpirun(tmp_path, VERSIONS[HYDRA]))
-    assert main(["-np", "3", "-H", "a:1,b:1", "python", "t.py"], execve=lambda *a: started.append(a)) == 1
+    assert main(["-np", "3", "-H", "a:1,b:1", "python", "t.py"], **starts(started)) == 1
     assert "-np 3 is more than the 2 slots of a:1,b:1" in capsys.readouterr().err
     assert started == []
     assert main(["-np", "2", "--hierarchical-allreduce", "python", "t.py"],
-                execve=lambda *a: started.append(a)) == 0
+                **starts(started)) == 0
     assert "no effect" not in capsys.readouterr().err
     path, argv, env = started[0]
     assert path == argv[0] == os.environ["MXHOROVOD_MPIRUN"] and env["HOROVOD_HIERARCHICAL_ALLREDUCE"] == "1"
@@ -439,8 +459,27 @@ def test_end_to_end_through_an_ssh_stand_in(tmp_path):
     assert hosts == ["fakehost1", "fakehost2"], calls
 
 
+def test_end_to_end_unbuffered_lines_stay_whole():
+    # Under PYTHONUNBUFFERED=1 a print is two writes (the text, then the newline). Hydra's
+    # -l, the console's default before, tagged each write: "[0] line 0 xxx[0] " and the
+    # ranks' lines run together. The relay prints each line whole, in each rank's order.
+    script = ('import os; r = int(os.environ["PMI_RANK"])\n'
+              'for i in range(300):\n'
+              '    print("rank %d line %d" % (r, i), "x" * 40)\n')
+    proc = launcher(["-np", "2", sys.executable, "-c", script],
+                    env={"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    lines = proc.stdout.splitlines()
+    seen = {0: [], 1: []}
+    for line in lines:
+        m = re.fullmatch(r"\[(\d)\] rank (\d) line (\d+) x{40}", line)
+        assert m and m.group(1) == m.group(2), (line, proc.stdout[-3000:])
+        seen[int(m.group(1))].append(int(m.group(3)))
+    assert seen == {0: list(range(300)), 1: list(range(300))}
+
+
 def test_end_to_end_killed_rank_ends_the_job():
-    # Rank 1 dies by SIGKILL after 3 allreduces; mpirun (which mxhorovodrun became) ends the
+    # Rank 1 dies by SIGKILL after 3 allreduces; mpirun (mxhorovodrun's child) ends the
     # other rank and exits non-zero, long before the survivor's 60 s would run out.
     proc = launcher(["-np", "2", sys.executable, os.path.join(WORKERS, "multihost_kill.py"), "1"],
                     timeout=120)
@@ -506,15 +545,16 @@ def test_bad_launch_flags(argv, environ, message, capsys):
 def test_binding_args_replace_the_default(tmp_path):
     binding = ["--binding-args", "-bind-to core:2 -map-by 'numa'"]
     cmd, _, _ = plan(tmp_path, HYDRA, ["-np", "2"] + binding + ["python", "t.py"])
-    assert cmd[1:] == ["-l", "-np", "2", "-bind-to", "core:2", "-map-by", "numa", "-genvall",
-                       "python", "t.py"]
+    assert cmd[1:] == ["-np", "2", "-bind-to", "core:2", "-map-by", "numa", "-outfile-pattern", "/cap/stdout.%r", "-errfile-pattern", "/cap/stderr.%r",
+                       "-genvall", "python", "t.py"]
     cmd, _, _ = plan(tmp_path, OPEN_MPI, ["-np", "2", "--binding-args", "--bind-to socket",
                                           "python", "t.py"])
     assert cmd[cmd.index("localhost:2") + 1:cmd.index("localhost:2") + 3] == ["--bind-to", "socket"]
     assert "none" not in cmd and "--map-by" not in cmd
     cmd, _, _ = plan(tmp_path, INTEL_MPI, ["-np", "2", "--binding-args", "-map-by core",
                                            "python", "t.py"])
-    assert cmd[1:] == ["-l", "-np", "2", "-map-by", "core", "-genvall", "python", "t.py"]
+    assert cmd[1:] == ["-np", "2", "-map-by", "core", "-outfile-pattern", "/cap/stdout.%r", "-errfile-pattern", "/cap/stderr.%r", "-genvall",
+                       "python", "t.py"]
 
 
 def test_tcp_flag(tmp_path):
@@ -546,7 +586,7 @@ def test_library_flags_warning_reaches_stderr(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("MXHOROVOD_MPIRUN", fake_mpirun(tmp_path, VERSIONS[HYDRA]))
     started = []
     assert main(["-np", "2", "--mpi-threads-disable", "--num-nccl-streams", "2", "python", "t.py"],
-                execve=lambda *a: started.append(a)) == 0
+                **starts(started)) == 0
     err = capsys.readouterr().err.splitlines()
     assert sum(line.startswith("mxhorovodrun: warning: --mpi-threads-disable: no effect")
                for line in err) == 1, err
@@ -557,8 +597,8 @@ def test_library_flags_warning_reaches_stderr(tmp_path, monkeypatch, capsys):
 
 def test_output_flags_command_lines(tmp_path):
     # hydra (and Intel MPI): each rank's output to the launcher's pipes, no -l (the
-    # launcher tags the lines itself).
-    for flags in (["--output-filename", "out"], ["--prefix-output-with-timestamp"]):
+    # launcher tags the lines itself), with or without the output flags.
+    for flags in (["--output-filename", "out"], ["--prefix-output-with-timestamp"], []):
         for flavour in (HYDRA, INTEL_MPI):
             cmd, _, _ = plan(tmp_path, flavour, ["-np", "2"] + flags + ["python", "t.py"])
             assert "-l" not in cmd
@@ -617,26 +657,26 @@ def test_start_timeout_in_main(tmp_path, monkeypatch, capsys):
     started = []
     argv = ["-np", "2", "-H", "h1,h2", "--ssh-command", bad, "python", "t.py"]
     # No timeout given: no check (as before), mpirun starts.
-    assert main(argv, execve=lambda *a: started.append(a)) == 0 and len(started) == 1
+    assert main(argv, **starts(started)) == 0 and len(started) == 1
     assert not log.exists()
     # With one: the unreachable hosts are named and nothing starts.
-    assert main(["--start-timeout", "20"] + argv, execve=lambda *a: started.append(a)) == 1
+    assert main(["--start-timeout", "20"] + argv, **starts(started)) == 1
     err = capsys.readouterr().err
     assert "mxhorovodrun: error: host h1 is not reachable" in err and "host h2 is not reachable" in err
     assert len(started) == 1
     # ... also when given by HOROVOD_START_TIMEOUT.
     monkeypatch.setenv("HOROVOD_START_TIMEOUT", "20")
-    assert main(argv, execve=lambda *a: started.append(a)) == 1 and len(started) == 1
+    assert main(argv, **starts(started)) == 1 and len(started) == 1
     monkeypatch.delenv("HOROVOD_START_TIMEOUT")
     # Only this host: nothing to check.
     assert main(["--start-timeout", "20", "-np", "2", "-H", "localhost:2", "python", "t.py"],
-                execve=lambda *a: started.append(a)) == 0 and len(started) == 2
+                **starts(started)) == 0 and len(started) == 2
     # Identifying mpirun counts too.
     monkeypatch.setenv("FAKE_VERSION_SLEEP", "30")
     import time
     t0 = time.monotonic()
     assert main(["--start-timeout", "1", "-np", "2", "python", "t.py"],
-                execve=lambda *a: started.append(a)) == 1
+                **starts(started)) == 1
     assert time.monotonic() - t0 < 15
     assert "--version did not answer within" in capsys.readouterr().err and len(started) == 2
 

@@ -1,7 +1,7 @@
 """mxhorovodrun's main: parse horovodrun's flags, find and identify mpirun, check the hosts
 (with --start-timeout), build the ranks' environment, then replace this process with mpirun
-(its exit status is ours) or, for --output-filename / --prefix-output-with-timestamp under
-hydra, run mpirun as a child and relay each rank's output (see output.py)."""
+(its exit status is ours; Open MPI) or, under hydra, run mpirun as a child and relay each
+rank's output line by line (see output.py)."""
 import logging
 import os
 import shlex
@@ -29,11 +29,14 @@ def _hosts(args):
         parse_hostfile(args.hostfile) if args.hostfile else None
 
 
-def captures_output(args, mpi):
-    """Whether the launcher relays the ranks' output itself (hydra and Intel MPI, with
-    --output-filename or --prefix-output-with-timestamp; Open MPI does both itself)."""
-    return bool(args.output_filename or args.prefix_output_with_timestamp) and \
-        mpi.flavour in (HYDRA, INTEL_MPI)
+def captures_output(mpi):
+    """Whether the launcher relays the ranks' output itself: under hydra and Intel MPI,
+    always. Their -l tags each chunk a rank writes, not each line, so under
+    PYTHONUNBUFFERED=1 (a print is two writes) the ranks' lines came out cut and run
+    together (``[0] loss 0.5[1] loss 0.6``); the relay prints whole lines, as horovodrun
+    does, and also gives --output-filename and --prefix-output-with-timestamp. Open MPI
+    tags lines and does both itself."""
+    return mpi.flavour in (HYDRA, INTEL_MPI)
 
 
 def prepare(args, environ=None, python=None, cores=None, capture_dir=None, timeout=None):
@@ -69,7 +72,7 @@ def prepare(args, environ=None, python=None, cores=None, capture_dir=None, timeo
     mpi = detect(path) if timeout is None else detect(path, timeout=timeout)
     extra = shlex.split(args.mpi_args) if args.mpi_args else []
     capture = None
-    if captures_output(args, mpi):
+    if captures_output(mpi):
         capture = capture_patterns(capture_dir or tempfile.mkdtemp(prefix="mxhorovodrun-"))
     argv, extra_env, more = mpirun_command(
         mpi, args.num_proc, args.command, hosts=hosts, ssh_port=args.ssh_port,
@@ -106,8 +109,8 @@ def _setup_logging(verbose):
 
 def main(argv=None, execve=os.execve, popen=subprocess.Popen):
     """Runs mxhorovodrun with ``argv`` (default sys.argv[1:]). Does not return when mpirun
-    starts by exec (the process becomes mpirun); returns mpirun's exit status when the
-    launcher relays the ranks' output (then mpirun is a child, started by ``popen``);
+    starts by exec (Open MPI: the process becomes mpirun); returns mpirun's exit status when
+    the launcher relays the ranks' output (hydra: mpirun is a child, started by ``popen``);
     returns 0 after --version or --check-build, 1 when the job cannot start (the reason is
     printed). Bad flags exit with status 2."""
     args = parse_args(argv)
@@ -123,9 +126,7 @@ def main(argv=None, execve=os.execve, popen=subprocess.Popen):
         from mxhorovod.runner.check_build import check_build_text
         print(check_build_text(verbose=args.verbose))
         return 0
-    capture_dir = None
-    if args.output_filename or args.prefix_output_with_timestamp:
-        capture_dir = tempfile.mkdtemp(prefix="mxhorovodrun-")
+    capture_dir = tempfile.mkdtemp(prefix="mxhorovodrun-")  # removed unless captures_output
     try:
         mpi, cmd, env, notes = prepare(args, capture_dir=capture_dir, timeout=deadline.left())
         if args.start_timeout:
@@ -135,8 +136,7 @@ def main(argv=None, execve=os.execve, popen=subprocess.Popen):
             if problems:
                 raise LaunchError("; ".join(problems))
     except (LaunchError, ValueError) as e:
-        if capture_dir:
-            shutil.rmtree(capture_dir, ignore_errors=True)
+        shutil.rmtree(capture_dir, ignore_errors=True)
         log.error("error: %s", e)
         return 1
     for note in notes:
@@ -145,7 +145,7 @@ def main(argv=None, execve=os.execve, popen=subprocess.Popen):
     log.info("%s", " ".join(shlex.quote(a) for a in cmd))
     sys.stdout.flush()
     sys.stderr.flush()
-    if capture_dir and captures_output(args, mpi):
+    if captures_output(mpi):
         try:
             return run_captured(cmd, env, args.num_proc, capture_dir,
                                 output_filename=args.output_filename,
@@ -153,8 +153,7 @@ def main(argv=None, execve=os.execve, popen=subprocess.Popen):
         except OSError as e:
             log.error("error: %s", e)
             return 1
-    if capture_dir:
-        shutil.rmtree(capture_dir, ignore_errors=True)
+    shutil.rmtree(capture_dir, ignore_errors=True)
     try:
         execve(cmd[0], cmd, env)
     except OSError as e:

@@ -1,8 +1,9 @@
-"""The ranks' output read by the launcher, for --output-filename and
---prefix-output-with-timestamp under MPICH's hydra (and Intel MPI's, which is hydra too).
+"""The ranks' output read by the launcher under MPICH's hydra (and Intel MPI's, which is
+hydra too): whole lines on the console, --output-filename and --prefix-output-with-timestamp.
 
-Hydra has neither a per-rank directory layout (its -outfile-pattern needs the directories
-to exist, and its -l tags each chunk a rank writes, not each line) nor timestamps. So
+Hydra's -l tags each chunk a rank writes, not each line (under PYTHONUNBUFFERED=1 a print
+is two writes, and two ranks' lines run together), and hydra has neither a per-rank
+directory layout (its -outfile-pattern needs the directories to exist) nor timestamps. So
 mxhorovodrun stays the parent of mpirun and gives it, through -outfile-pattern and
 -errfile-pattern, one named pipe per rank and stream in a private temporary directory:
 mpiexec writes each rank's stdout and stderr there (on the launching host, also for ranks on
