@@ -71,6 +71,21 @@ def test_a_job_ended_by_a_dead_rank_leaves_no_mpich_files_in_dev_shm(mode):
     assert not [f for f in files if os.path.exists(f)], (files, out[-2000:])
 
 
+@pytest.mark.parametrize("mode", ["bad", "disagree"])
+def test_a_job_ended_by_a_refused_init_leaves_no_mpich_files_in_dev_shm(mode):
+    # init() refuses a setting (unreadable, or different on each rank) after MPI started:
+    # the unhandled error ends the job by MPI_Abort, which unlinked MPICH's file only once
+    # init() had succeeded, so each such job left 1 MB per rank in /dev/shm.
+    proc = run_ranks(2, "init_refused_shm.py", [mode], timeout=90, expect_ok=False)
+    out = proc.stdout
+    assert proc.returncode != 0 and "RANK" not in out.replace("WORKER", ""), out
+    assert "ending the job (MPI_Abort)" in out, out
+    files = _shm_files(out)
+    if not files:
+        pytest.skip("MPI maps no /dev/shm/mpich_shm_* file here (not MPICH, or no shared memory)")
+    assert not [f for f in files if os.path.exists(f)], (files, out[-2000:])
+
+
 def test_unhandled_exception_output_is_not_cut_by_the_abort():
     # The traceback is still in the pipe to the launcher when MPI_Abort kills the launcher's
     # proxy; the abort waits until the proxy has read it (CI once got half a traceback).

@@ -49,11 +49,14 @@ pid_t g_rank_pid = 0;  // the rank's process; a forked child inherits the handle
 // Unlinking the names of those this process maps removes them once the ranks are gone; the
 // mappings themselves stay valid, and every rank of the job attached long before (init()
 // is a collective of all ranks). Async-signal-safe: open/read/unlink on a stack buffer, no
-// allocation. Only the rank's own process (not a child it forked) does it.
+// allocation. Only the rank's own process (not a child it forked) does it. Before the
+// signal reports are installed (g_rank_pid 0: init() failed, a bad or disagreeing setting,
+// or a script failed before init() where mpi4py started MPI) only AbortJob calls this, and
+// the process that started MPI is the rank's (those jobs left their files behind).
 void UnlinkMPIShm() {
   static const char kPrefix[] = "/dev/shm/mpich_shm_";
   static const char kDeleted[] = " (deleted)";
-  if (getpid() != g_rank_pid) return;
+  if (g_rank_pid != 0 && getpid() != g_rank_pid) return;
   int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return;
   char buf[4096];
