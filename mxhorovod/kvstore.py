@@ -302,4 +302,38 @@ def _install_string_alias():
             module._create_kvstore = _create_kvstore
 
 
+
+def _install_local_save_states():
+    """Makes ``gluon.Trainer.save_states`` of a Trainer over kvstore 'horovod' make no
+    collective. MXNet's save_states first creates the kvstore and initializes the
+    parameters in it (``_init_kvstore``, ``_init_params``), which for this kvstore is the
+    broadcast from rank 0 that the first ``step()`` would make. A script that saves
+    checkpoints on rank 0 only (README) and does so before the first step (an epoch-0
+    checkpoint) then broadcast on rank 0 alone: rank 0 waited for the others' broadcasts,
+    the others for rank 0 in their first step, forever. The states this kvstore saves are the local updater's (the
+    optimizer never runs on it: ``update_on_kvstore`` is False), so until the first step
+    has initialized the kvstore they are written as MXNet would, without it; the first
+    step then broadcasts on every rank, as before. Other Trainers are unchanged. Idempotent.
+    """
+    trainer_cls = mx.gluon.Trainer
+    original = trainer_cls.save_states
+    if getattr(original, "_mxhorovod_local", False):
+        return
+
+    @functools.wraps(original)
+    def save_states(self, fname):
+        config = getattr(self, "_kvstore_params", {})
+        store = config.get("kvstore")
+        ours = isinstance(store, Horovod) or (isinstance(store, str) and store.lower() == "horovod")
+        if (not ours or config.get("update_on_kvstore") or self._optimizer is None
+                or (self._kv_initialized and not self._params_to_init)):
+            return original(self, fname)
+        with open(fname, "wb") as fout:
+            fout.write(self._updaters[0].get_states(dump_optimizer=True))
+
+    save_states._mxhorovod_local = True
+    trainer_cls.save_states = save_states
+
+
 _install_string_alias()
+_install_local_save_states()

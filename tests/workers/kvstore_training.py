@@ -2,6 +2,8 @@
 concatenated batch (step given the global batch size, as with dist_sync), and what MXNet
 refuses with it. Usage: kvstore_training.py [scenario ...]   (default: all)
 """
+import os
+
 import numpy as np
 import mxnet as mx
 from mxnet import autograd, gluon
@@ -231,10 +233,45 @@ def refused():
     hvd.allreduce(mx.nd.ones((1,)), name="refused.done").wait_to_read()
 
 
+def save_states_on_rank0_first():
+    # Checkpoints on rank 0 only (README), the first before any step: MXNet's save_states
+    # initialized the kvstore there, i.e. broadcast every parameter from rank 0 alone, and
+    # the parameters' next read on rank 0 (save_parameters) waited for the other ranks,
+    # which waited for rank 0 in their first step: a hang. Now nothing is sent; the first
+    # step broadcasts on every rank as before, and the file loads on every rank.
+    n = hvd.size()
+    x, y = global_data(STEPS, B, seed=5)
+    net = same_start("ckpt")
+    ref = rank0_copy(net, "ckpt_ref_")
+    trainer = gluon.Trainer(net.collect_params(), optimizer("adam"), kvstore="horovod")
+    ref_trainer = gluon.Trainer(ref.collect_params(), optimizer("adam"), kvstore=None)
+    fname = "/tmp/mxhorovod_kv_ckpt_%d.states" % os.getpid()
+    fname = hvd.broadcast_object(fname, root_rank=0, name="ckpt.fname")
+    if hvd.rank() == 0:  # an epoch-0 checkpoint
+        trainer.save_states(fname)  # before the first step: no collective
+        net.save_parameters(fname + ".params")  # reads the parameters (waited for them)
+        os.remove(fname + ".params")
+    for s in range(STEPS):
+        forward_backward(net, shard(x, B)[s], shard(y, B)[s], [mx.cpu(0)])
+        trainer.step(B * n)
+        forward_backward(ref, x[s], y[s], [mx.cpu(0)])
+        ref_trainer.step(B * n)
+        if hvd.rank() == 0 and s == 0:
+            trainer.save_states(fname)  # after it: MXNet's own code (nothing to initialize)
+    assert_close(param_arrays(net), param_arrays(ref), LR["adam"], "ckpt")
+    hvd.allreduce(mx.nd.ones((1,)), name="ckpt.saved").wait_to_read()
+    trainer.load_states(fname)  # rank 0's states after one step, on every rank
+    assert trainer._optimizer.num_update == 1, trainer._optimizer.num_update
+    assert_same_on_all_ranks(param_arrays(net), "ckpt")
+    hvd.allreduce(mx.nd.ones((1,)), name="ckpt.loaded").wait_to_read()
+    if hvd.rank() == 0:
+        os.remove(fname)
+
+
 SCENARIOS = {"instance": instance, "string": string, "devices": devices,
              "per_rank_batch": per_rank_batch, "first_step_broadcast": first_step_broadcast,
              "allreduce_grads": allreduce_grads, "stale_on_some_ranks": stale_on_some_ranks,
-             "refused": refused}
+             "refused": refused, "save_states_on_rank0_first": save_states_on_rank0_first}
 
 if __name__ == "__main__":
     run_scenarios(SCENARIOS, list(SCENARIOS))
