@@ -608,7 +608,7 @@ def _grouped_allgather(tensors, name, priority, process_set, _what):
     outputs = [_empty_like(t, (int(rows[:, i].sum()),) + tuple(t.shape[1:]))
                for i, t in enumerate(tensors)]
     _core.grouped_allgather([_handle(t) for t in tensors], [_handle(o) for o in outputs], names,
-                            priority, pid)
+                            priority, pid, settle=_settle())
     return outputs, rows
 
 
@@ -653,7 +653,7 @@ def _alltoall(tensor, splits, name, priority, process_set):
     recv = recv_nd.asnumpy()
     output = _empty_like(tensor, (int(recv.sum()),) + tuple(tensor.shape[1:]))
     _core.alltoall(_handle(tensor), _handle(output), name, [int(v) for v in send],
-                   [int(v) for v in recv], priority, pid)
+                   [int(v) for v in recv], priority, pid, settle=_settle())
     if splits is not None:
         return output, mx.nd.array(recv, dtype="int32")
     return output

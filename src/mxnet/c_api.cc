@@ -270,7 +270,7 @@ int Broadcast(void* input, void* output, const std::string& name, int root_rank,
 
 int Alltoall(void* input, void* output, const char* name, const int64_t* splits,
              const int64_t* recv_splits, int num_splits, int priority, int process_set_id,
-             bool size_exchange) {
+             bool size_exchange, const std::string* fail_with) {
   auto op = std::make_unique<EngineOp>();
   Status s = MemberSet(process_set_id, OpTypeName(OpType::kAlltoall), name, &op->set);
   if (!s.ok()) return Fail(s);
@@ -307,6 +307,10 @@ int Alltoall(void* input, void* output, const char* name, const int64_t* splits,
   ot.request.splits.assign(splits, splits + num_splits);
   ot.recv_splits.assign(recv_splits, recv_splits + num_splits);
   ot.request.size_exchange = size_exchange;
+  if (fail_with) {
+    SubmitFailed(op.get(), *fail_with);
+    return Fail(Status::InvalidArgument(*fail_with));
+  }
   s = Push(std::move(op), priority, "HorovodAlltoall");
   return s.ok() ? 0 : Fail(s);
 }

@@ -25,10 +25,11 @@ int Call(OpType type, void** inputs, void** outputs, int num, const std::string*
          const std::string* fail_with = nullptr, bool names_distinct = false,
          bool size_exchange = false);
 
-// MXWaitforHorovodAlltoall, marking the request as a size exchange when asked.
+// MXWaitforHorovodAlltoall, marking the request as a size exchange when asked; with
+// `fail_with`, submitted as failed as Call does.
 int Alltoall(void* input, void* output, const char* name, const int64_t* splits,
              const int64_t* recv_splits, int num_splits, int priority, int process_set_id,
-             bool size_exchange);
+             bool size_exchange, const std::string* fail_with = nullptr);
 
 // MXWaitforHorovodBroadcast with a std::string name and the same `fail_with`.
 int Broadcast(void* input, void* output, const std::string& name, int root_rank, int priority,

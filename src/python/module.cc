@@ -225,12 +225,15 @@ PYBIND11_MODULE(_core, m) {
                 op, pre, post, priority, ps, settle);
   });
   // size_exchange: an allgather's or alltoall's size exchange (Request::size_exchange).
+  // settle: as for allreduce (Settle; an inference-mode forward's output or weight in
+  // MKLDNN's layout failed the gather on every rank).
   m.def("grouped_allgather", [](const std::vector<uintptr_t>& ins, const std::vector<uintptr_t>& outs,
-                                const py::object& names, int priority, int ps, bool size_exchange) {
+                                const py::object& names, int priority, int ps, bool size_exchange,
+                                bool settle) {
     CallGrouped(OpType::kAllgather, "grouped_allgather", ins, outs, names, 0, 1.0, 1.0, priority, ps,
-                false, size_exchange);
+                settle, size_exchange);
   }, py::arg("inputs"), py::arg("outputs"), py::arg("names"), py::arg("priority"),
-     py::arg("process_set"), py::arg("size_exchange") = false);
+     py::arg("process_set"), py::arg("size_exchange") = false, py::arg("settle") = false);
   // wait: 0 none; 1 the input's writers (wait_to_read); 2 its writers and readers, then the
   // default layout (Settle: MXNet with MKLDNN). If the wait raises the error of the operation
   // that wrote the input, the call is submitted as failed (the other ranks get the error)
@@ -255,18 +258,22 @@ PYBIND11_MODULE(_core, m) {
      py::arg("priority"), py::arg("process_set"), py::arg("wait") = 0);
   m.def("alltoall", [](uintptr_t in, uintptr_t out, const std::string& name,
                        const std::vector<int64_t>& splits, const std::vector<int64_t>& recv_splits,
-                       int priority, int ps, bool size_exchange) {
+                       int priority, int ps, bool size_exchange, bool settle) {
     if (splits.size() != recv_splits.size()) ThrowInvalid("alltoall: splits sizes differ");
     int rc;
+    Status s;
     {
       py::gil_scoped_release nogil;
+      if (settle) s = Settle(H(in), false);  // as for allreduce (see Settle)
+      const std::string why = UnreadableInput(s);
       rc = mx::Alltoall(H(in), H(out), name.c_str(), splits.data(), recv_splits.data(),
-                        (int)splits.size(), priority, ps, size_exchange);
+                        (int)splits.size(), priority, ps, size_exchange, s.ok() ? nullptr : &why);
     }
+    Raise(s);
     Check(rc);
   }, py::arg("input"), py::arg("output"), py::arg("name"), py::arg("splits"),
      py::arg("recv_splits"), py::arg("priority"), py::arg("process_set"),
-     py::arg("size_exchange") = false);
+     py::arg("size_exchange") = false, py::arg("settle") = false);
   // A call that Python's checks refused on this rank: the same call fails on the other ranks
   // instead of waiting for this one (mx::SubmitRefused). `names`: a list of str, or a base
   // str for `n` tensors named '<base>.<i>'. Nothing if this rank is not a member of the set.

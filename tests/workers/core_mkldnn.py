@@ -1,6 +1,7 @@
 """Weights that MXNet's MKLDNN backend keeps in its own layout (a 64-channel 3x3 Conv2D
 weight after an inference-mode forward pass) are read and written correctly on every rank,
-without a hang: broadcast, allreduce (out of place and in place) right after the forward,
+without a hang: broadcast, allreduce (out of place and in place), allgather, grouped
+allgather and alltoall right after the forward (and of the forward's output),
 and the same with the core's safety net alone (no wait in Python), where every rank either
 gets the right values or the same clear error."""
 import mxnet as mx
@@ -48,6 +49,38 @@ net, w, before = conv_after_inference(3)
 hvd.allreduce_(w, op=hvd.Average, name="w.ar_")
 allw = all_before(before, "ar_")
 np.testing.assert_allclose(w.asnumpy(), allw.mean(0), rtol=1e-5, atol=1e-5)
+
+# allgather, grouped_allgather and alltoall right after the forward: they read the input
+# in MKLDNN's layout (no settle) and failed on every rank ('We can't generate TBlob for
+# MKLDNN data'), for the weight and for the forward's own output (a conv output gathered
+# for evaluation), where allreduce and broadcast worked.
+net, w, before = conv_after_inference(4)
+allw = all_before(before, "ag")
+g = hvd.allgather(w, name="w.ag")
+np.testing.assert_allclose(g.asnumpy(), allw.reshape((-1,) + w.shape[1:]), rtol=1e-6)
+net, w, before = conv_after_inference(5)
+allw = all_before(before, "ag_view")
+g = hvd.allgather(w.reshape((1, -1)), name="w.ag_view")  # a view of the weight
+np.testing.assert_allclose(g.asnumpy(), allw.reshape(n, -1), rtol=1e-6)
+net, w, before = conv_after_inference(6)
+allw = all_before(before, "gag")
+g = hvd.grouped_allgather([w, mx.nd.ones((1, 2))], name="w.gag")
+np.testing.assert_allclose(g[0].asnumpy(), allw.reshape((-1,) + w.shape[1:]), rtol=1e-6)
+net, w, before = conv_after_inference(7)
+allw = all_before(before, "a2a")
+rows = 64 // n  # rows r*rows.. of every rank go to rank r
+a2a, _ = hvd.alltoall(w, splits=[rows] * n, name="w.a2a")
+np.testing.assert_allclose(a2a.asnumpy(), np.concatenate(
+    [allw[k][r * rows:(r + 1) * rows] for k in range(n)]), rtol=1e-6)
+net, _, _ = conv_after_inference(8)
+out = net(mx.nd.ones((n, 64, 8, 8)) * (r + 1))  # an inference-mode output, MKLDNN's layout
+mine = out.asnumpy()
+alls = hvd.allgather(mx.nd.array(mine), name="out.copy").asnumpy()
+out = net(mx.nd.ones((n, 64, 8, 8)) * (r + 1))
+np.testing.assert_allclose(hvd.allgather(out, name="out.ag").asnumpy(), alls, rtol=1e-6)
+out = net(mx.nd.ones((n, 64, 8, 8)) * (r + 1))
+np.testing.assert_allclose(hvd.alltoall(out, name="out.a2a").asnumpy(),
+                           alls.reshape(n, n, -1)[:, r].reshape((n,) + mine.shape[1:]), rtol=1e-6)
 
 # The core's own safety net, with the Python wait switched off: right values or the same
 # clear error on every rank, never a hang; the next collective works either way.
