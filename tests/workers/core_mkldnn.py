@@ -82,6 +82,21 @@ out = net(mx.nd.ones((n, 64, 8, 8)) * (r + 1))
 np.testing.assert_allclose(hvd.alltoall(out, name="out.a2a").asnumpy(),
                            alls.reshape(n, n, -1)[:, r].reshape((n,) + mine.shape[1:]), rtol=1e-6)
 
+# The same inside autograd.record() (a loss over every rank's features): a training-mode
+# conv output is in MKLDNN's layout too. d(sum over ranks of sum(y*y))/d(feat) = 2 n feat.
+net, _, _ = conv_after_inference(9)
+x = mx.nd.ones((2, 64, 8, 8)) * (r + 1)
+with mx.autograd.record():
+    feat = net(x)
+    loss = (feat * feat).sum()
+loss.backward()
+want = net.weight.grad().asnumpy() * n
+with mx.autograd.record():
+    y = hvd.allgather(net(x), name="out.ag.rec")
+    loss = (y * y).sum()
+loss.backward()
+np.testing.assert_allclose(net.weight.grad().asnumpy(), want, rtol=1e-4)
+
 # The core's own safety net, with the Python wait switched off: right values or the same
 # clear error on every rank, never a hang; the next collective works either way.
 outcomes = []
