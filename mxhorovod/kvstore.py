@@ -302,7 +302,6 @@ def _install_string_alias():
             module._create_kvstore = _create_kvstore
 
 
-
 def _install_local_save_states():
     """Makes ``gluon.Trainer.save_states`` of a Trainer over kvstore 'horovod' make no
     collective. MXNet's save_states first creates the kvstore and initializes the
@@ -310,10 +309,11 @@ def _install_local_save_states():
     broadcast from rank 0 that the first ``step()`` would make. A script that saves
     checkpoints on rank 0 only (README) and does so before the first step (an epoch-0
     checkpoint) then broadcast on rank 0 alone: rank 0 waited for the others' broadcasts,
-    the others for rank 0 in their first step, forever. The states this kvstore saves are the local updater's (the
-    optimizer never runs on it: ``update_on_kvstore`` is False), so until the first step
-    has initialized the kvstore they are written as MXNet would, without it; the first
-    step then broadcasts on every rank, as before. Other Trainers are unchanged. Idempotent.
+    the others for rank 0 in their first step, forever. The states this kvstore saves are
+    the local updater's (the optimizer never runs on it: ``update_on_kvstore`` is False),
+    so until the first step has initialized the kvstore they are written as MXNet would,
+    without it; the first step then broadcasts on every rank, as before. Other Trainers are
+    unchanged. Idempotent.
     """
     trainer_cls = mx.gluon.Trainer
     original = trainer_cls.save_states
