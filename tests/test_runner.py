@@ -2,12 +2,14 @@
 mpirun that prints its version, the HOROVOD_* variables of the flags, OMP_NUM_THREADS,
 errors, --check-build, and real runs under the venv's mpirun asserting on every rank
 (also each rank's output files, binding and timestamps)."""
+import io
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -803,3 +805,106 @@ def test_end_to_end_binding_args(tmp_path):
 def test_end_to_end_tcp_reaches_the_ranks():
     want = {"size": 2, "init_error": None, "env": {"UCX_TLS": "tcp,self"}}
     _run_env_worker(["--tcp"], want, env={"UCX_TLS": ""})
+
+
+class _FakeMpirun:
+    """Stands in for mpirun's Popen in run_captured: records how it was started; its wait()
+    sends this process the signals of ``signals`` (the launcher's forwarding handler runs),
+    then returns ``code``."""
+
+    def __init__(self, signals, code):
+        self.signals, self.code, self.kwargs, self.got = signals, code, None, []
+
+    def __call__(self, argv, **kwargs):
+        self.kwargs = kwargs
+        return self
+
+    def send_signal(self, signum):
+        self.got.append(signum)
+
+    def wait(self):
+        for signum in self.signals:
+            os.kill(os.getpid(), signum)
+        return self.code
+
+    def poll(self):
+        return self.code
+
+
+@pytest.mark.parametrize("signals, code, want", [
+    ([], 0, 0),
+    ([signal.SIGINT], 0, 0),          # the ranks caught the KeyboardInterrupt and ended well
+    ([signal.SIGINT], 1, 1),
+    ([signal.SIGINT, signal.SIGINT], 0, 130),  # hydra forced the abort, then said 0
+    ([signal.SIGINT, signal.SIGINT], 255, 255),
+])
+def test_captured_run_own_session_and_interrupted_status(tmp_path, signals, code, want):
+    # A Ctrl-C at the terminal signals the whole foreground process group: mpirun, in the
+    # launcher's group, got SIGINT twice (the terminal's and the forwarded one), which hydra
+    # takes as "force abort" and then exited 0 about one time in three.
+    from mxhorovod.runner.output import run_captured
+    fake = _FakeMpirun(signals, code)
+    capture = tmp_path / "pipes"
+    capture.mkdir()
+    assert run_captured(["mpirun"], {}, 1, str(capture), popen=fake,
+                        console=(io.BytesIO(), io.BytesIO())) == want
+    assert fake.kwargs.get("start_new_session") is True, fake.kwargs
+    assert fake.got == signals
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+
+
+def test_end_to_end_ctrl_c_with_output_filename(tmp_path):
+    # SIGINT to the launcher's whole process group, as a terminal's Ctrl-C sends it: mpirun
+    # hears it once (from the launcher; it was in that group, so it heard the terminal's
+    # too, and a second SIGINT is hydra's "force abort", which then exited 0 about one
+    # time in three), the ranks end, the status is not 0.
+    out = tmp_path / "logs"
+    script = ('import os, sys, time; r = os.environ["PMI_RANK"]\n'
+              'print("READY", r, os.getpid(), flush=True)\n'
+              'try:\n'
+              '    time.sleep(120)\n'
+              'except KeyboardInterrupt:\n'
+              '    time.sleep(1)  # a step to finish, MPI_Abort: mpirun is still there\n'
+              '    sys.exit(1)\n')
+    full = dict(os.environ, OMP_NUM_THREADS="1")
+    full["PYTHONPATH"] = os.pathsep.join([REPO] + [p for p in full.get("PYTHONPATH", "").split(os.pathsep) if p])
+    proc = subprocess.Popen([sys.executable, "-m", "mxhorovod.runner", "-np", "2",
+                             "--output-filename", str(out), sys.executable, "-c", script],
+                            env=full, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    pids = {}
+    try:
+        deadline = time.monotonic() + 120
+        while len(pids) < 2 and time.monotonic() < deadline and proc.poll() is None:
+            for r in range(2):
+                path = out / ("rank.%d" % r) / "stdout"
+                m = re.search(r"^READY %d (\d+)$" % r, path.read_text() if path.exists() else "", re.M)
+                if m:
+                    pids[r] = int(m.group(1))
+            time.sleep(0.2)
+        assert len(pids) == 2, proc.communicate(timeout=10)[0] if proc.poll() is not None else pids
+        # mpirun is outside the launcher's process group, which the terminal signals (two
+        # SIGINTs sent at once may arrive as one, so the status alone does not show it).
+        with open("/proc/%d/task/%d/children" % (proc.pid, proc.pid)) as f:
+            children = [int(c) for c in f.read().split()]
+        assert len(children) == 1 and os.getsid(children[0]) == children[0], children
+        os.killpg(proc.pid, signal.SIGINT)
+        text, _ = proc.communicate(timeout=60)
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    assert proc.returncode != 0, text[-3000:]
+    assert "Ctrl-C caught" not in text, text[-3000:]  # hydra's second-SIGINT path
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(pid) for pid in pids.values()):
+        time.sleep(0.2)
+    assert not any(_alive(pid) for pid in pids.values()), pids
+
+
+def _alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -26,7 +26,7 @@ import time
 
 __all__ = ["pad_rank", "rank_dir", "capture_patterns", "run_captured"]
 
-_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 _STREAMS = ("stdout", "stderr")
 
 
@@ -121,9 +121,10 @@ def run_captured(argv, env, np, capture_dir, output_filename=None, timestamps=Fa
                  console=None, popen=subprocess.Popen):
     """Runs ``argv`` (an mpirun command line whose -outfile-pattern / -errfile-pattern are
     :func:`capture_patterns` of ``capture_dir``, an empty directory) and relays each of the
-    ``np`` ranks' output as the module says; removes ``capture_dir``. Forwards SIGINT,
-    SIGTERM and SIGHUP to mpirun. Returns mpirun's exit status (128 + N when killed by
-    signal N). ``console``: (stdout, stderr) binary files, default this process's.
+    ``np`` ranks' output as the module says; removes ``capture_dir``. Starts mpirun in a
+    session of its own and forwards SIGINT, SIGTERM, SIGHUP and SIGQUIT to it. Returns mpirun's
+    exit status (128 + N when killed by signal N, or when it exits 0 after more than one
+    forwarded signal, the last N). ``console``: (stdout, stderr) binary files, default this process's.
 
     Raises:
         OSError: a directory or file of ``output_filename`` cannot be made, or mpirun cannot
@@ -134,6 +135,7 @@ def run_captured(argv, env, np, capture_dir, output_filename=None, timestamps=Fa
     readers, threads, writers = [], [], []
     proc = None
     previous = {}
+    forwarded = []
     try:
         for rank in range(np):
             files = [None, None]
@@ -156,9 +158,17 @@ def run_captured(argv, env, np, capture_dir, output_filename=None, timestamps=Fa
                                  name="mxhorovodrun-output")
             t.start()
             threads.append(t)
-        proc = popen(argv, env=env)
+        # mpirun gets a session of its own (as horovodrun's safe_shell_exec gives it): a
+        # Ctrl-C at the terminal (or its hang-up) signals the whole foreground process
+        # group, so mpirun, in ours, got the signal twice, from the terminal and from
+        # forward(); hydra takes a second SIGINT as "force abort" ('Ctrl-C caught...
+        # cleaning up processes', its proxies' assertion failures) and then exited 0 as
+        # often as not: an interrupted job reported as a success. Now it gets each signal
+        # once, from forward(), as when it is the launcher itself (exec).
+        proc = popen(argv, env=env, start_new_session=True)
 
         def forward(signum, _frame):
+            forwarded.append(signum)
             try:
                 proc.send_signal(signum)
             except OSError:
@@ -183,4 +193,9 @@ def run_captured(argv, env, np, capture_dir, output_filename=None, timestamps=Fa
             if file is not None:
                 file.close()
         shutil.rmtree(capture_dir, ignore_errors=True)
+    if code == 0 and len(forwarded) > 1:
+        # Hydra takes a second SIGINT as "force abort": it kills the ranks ('Ctrl-C
+        # caught... cleaning up processes') and then exits 0 about one time in three. The
+        # job was interrupted: say so, as a shell does for a process killed by a signal.
+        return 128 + forwarded[-1]
     return _exit_status(code)
