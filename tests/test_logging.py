@@ -97,6 +97,17 @@ def test_unwritable_timeline_is_an_error_line_not_a_failure(tmp_path):
                      proc.stderr, re.M), proc.stderr
 
 
+def test_unwritable_autotune_log_is_an_error_line_not_a_failure(tmp_path):
+    # It was skipped without a word: the user found no log after the job.
+    proc = run(INIT + "import mxnet as mx\nprint(hvd.allreduce(mx.nd.ones(2)).asnumpy())\n"
+                      "hvd.shutdown()\n", HOROVOD_AUTOTUNE="1",
+               HOROVOD_AUTOTUNE_LOG=str(tmp_path / "missing" / "a.csv"))
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"^\[0\]<error> %s mxhorovod: HOROVOD_AUTOTUNE_LOG: cannot open the autotune "
+                     r"log file '.*missing/a\.csv': No such file or directory; autotuning without "
+                     r"a log$" % TIME, proc.stderr, re.M), proc.stderr
+
+
 def test_single_rank_exception_is_an_ordinary_one():
     # No MPI_Abort on a job of one rank: Python's traceback and exit code 1, as without us.
     proc = run(INIT + "raise KeyError('plain')\n")

@@ -1,5 +1,10 @@
 #include "autotune.h"
 
+#include <cerrno>
+#include <cstring>
+
+#include "logging.h"
+
 namespace mxhorovod {
 namespace {
 
@@ -25,6 +30,12 @@ Autotuner::Autotuner(const Config& cfg, MPI_Comm comm, int rank) : comm_(comm), 
     if (log_) {
       std::fprintf(log_, "fusion_threshold_bytes,cycle_time_ms,slice_bytes,zero_copy_bytes,"
                          "score_bytes_per_sec,event\n");
+    } else {
+      // As HOROVOD_TIMELINE's: a file that cannot be made (a missing directory, a
+      // read-only one) was skipped without a word, and the user found no log after the job.
+      const int err = errno;
+      LogError(std::string("HOROVOD_AUTOTUNE_LOG: cannot open the autotune log file '") +
+               path + "': " + std::strerror(err) + "; autotuning without a log");
     }
   }
   current_ = Candidate(0, 0);
