@@ -523,6 +523,16 @@ def test_launch_flags_parse():
     assert "--no-mpi-threads-disable" not in help_text
 
 
+def test_double_dash_before_the_command():
+    # "mxhorovodrun -np 2 -- python t.py": the "--" reached mpirun, and hydra failed with
+    # "error parsing input array"; a "--" inside the command is the command's.
+    assert parse_args(["-np", "2", "--", "python", "t.py", "--", "x"],
+                      environ={}).command == ["python", "t.py", "--", "x"]
+    assert parse_args(["-np", "2", "python", "--"], environ={}).command == ["python", "--"]
+    with pytest.raises(SystemExit):
+        parse_args(["-np", "2", "--"], environ={})
+
+
 @pytest.mark.parametrize("argv,environ,message", [
     (["--start-timeout", "0"], {}, "must be >= 1"),
     (["--start-timeout", "-5"], {}, "must be >= 1"),

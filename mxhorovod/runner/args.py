@@ -232,6 +232,11 @@ def parse_args(argv=None, environ=None):
             args.start_timeout = _positive_int(text)
         except argparse.ArgumentTypeError as e:
             parser.error("HOROVOD_START_TIMEOUT=%s: %s (seconds, an integer >= 1)" % (text, e))
+    if args.command and args.command[0] == "--":
+        # "mxhorovodrun -np 2 -- python train.py" (the habit of torchrun, srun, ...):
+        # argparse keeps the "--" in front of a REMAINDER, and hydra took it for its own
+        # option ("error parsing input array").
+        args.command = args.command[1:]
     if args.version or args.check_build:
         return args
     if args.use_gloo:
