@@ -15,7 +15,16 @@ other hosts), and the launcher reads them, cuts the bytes into lines, and writes
 
 each after ``time.asctime()`` and a space with --prefix-output-with-timestamp. mpirun's own
 messages (hydra's errors) are not the ranks' and go straight to the console, unstamped.
+
+mpirun runs in a session of its own, so that only the launcher gets the terminal's signals
+and hands each on once: a Ctrl-C in the terminal used to reach mpirun twice (from the
+terminal, as a member of the foreground process group, and forwarded by the launcher),
+and hydra takes a second SIGINT as "Press Ctrl-C again to force abort": the ranks were
+killed in the middle of their KeyboardInterrupt handling. It also gets SIGTERM when the
+launcher dies (SIGKILL, the OOM killer): the job ended with an exec'ed mpirun; with mpirun
+as an orphan the ranks ran on to the end, their output lost.
 """
+import ctypes
 import os
 import shutil
 import signal
@@ -113,6 +122,28 @@ def _read(fd, rank, sink, file):
             file.close()
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _libc_prctl():
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux: no parent-death signal
+        return None
+
+
+def _mpirun_setup(prctl, launcher_pid):
+    """Runs in mpirun's process before its exec: SIGTERM when the launcher dies (also when
+    it died before this ran). Only system calls: the launcher's other threads may hold
+    locks at the fork."""
+    def setup():
+        if prctl is not None:
+            prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+            if os.getppid() != launcher_pid:
+                os.kill(os.getpid(), signal.SIGTERM)
+    return setup
+
+
 def _exit_status(code):
     return 128 - code if code < 0 else code
 
@@ -153,19 +184,16 @@ def run_captured(argv, env, np, capture_dir, output_filename=None, timestamps=Fa
                 readers.append((rfd, rank, sinks[i], files[i]))
                 writers.append(os.open(path, os.O_WRONLY))
                 os.set_blocking(rfd, True)
+        # Its own session: the terminal's signals reach the launcher alone (see the
+        # module). The FIFOs are open at both ends already, so mpirun starts before the
+        # readers (fewer threads around the fork).
+        proc = popen(argv, env=env, start_new_session=True,
+                     preexec_fn=_mpirun_setup(_libc_prctl(), os.getpid()))
         for args in readers:
             t = threading.Thread(target=_read, args=args, daemon=True,
                                  name="mxhorovodrun-output")
             t.start()
             threads.append(t)
-        # mpirun gets a session of its own (as horovodrun's safe_shell_exec gives it): a
-        # Ctrl-C at the terminal (or its hang-up) signals the whole foreground process
-        # group, so mpirun, in ours, got the signal twice, from the terminal and from
-        # forward(); hydra takes a second SIGINT as "force abort" ('Ctrl-C caught...
-        # cleaning up processes', its proxies' assertion failures) and then exited 0 as
-        # often as not: an interrupted job reported as a success. Now it gets each signal
-        # once, from forward(), as when it is the launcher itself (exec).
-        proc = popen(argv, env=env, start_new_session=True)
 
         def forward(signum, _frame):
             forwarded.append(signum)
