@@ -947,3 +947,97 @@ def test_end_to_end_launcher_killed_ends_the_job(tmp_path):
     import shutil
     shutil.rmtree(pipes)
     assert not left, "still running after the launcher was killed: %s" % left
+
+
+def test_relay_shows_prompts_and_progress_bars_and_bounds_a_line():
+    # The relay held a line until its newline: input()'s or pdb's prompt showed only after
+    # the user had typed the answer blind, a tqdm bar ("\r" + bar, "\n" at its very end)
+    # not at all until it was done (and grew in memory all along), a line without newline
+    # without bound. Now: what a rank leaves unfinished for PARTIAL_AFTER is shown, "\r"
+    # ends a line, and at most PARTIAL_MAX of a line is held.
+    import io
+    import threading
+    import time
+    from mxhorovod.runner import output
+
+    console = io.BytesIO()
+    sink = output._sinks((console, console), timestamps=False)[0]
+    fds = [os.pipe() for _ in range(2)]
+    threads = [threading.Thread(target=output._read, args=(r, rank, sink, None, 0.05))
+               for rank, (r, _) in enumerate(fds)]
+    for t in threads:
+        t.start()
+    w0, w1 = fds[0][1], fds[1][1]
+
+    def shown_soon(text):
+        deadline = time.monotonic() + 10
+        while text not in console.getvalue():
+            assert time.monotonic() < deadline, (text, console.getvalue())
+            time.sleep(0.01)
+
+    os.write(w0, b"name? ")
+    shown_soon(b"[0] name? ")  # the prompt, before its answer
+    os.write(w0, b"got alice\n")  # after the terminal's echo: a line of its own
+    os.write(w0, b"epoch 1 ...")
+    shown_soon(b"[0] epoch 1 ...")
+    os.write(w0, b" done\n")  # nothing came in between: the same line goes on
+    os.write(w1, b"\r 10%|#   |")
+    os.write(w1, b"\r 20%|##  |")
+    shown_soon(b"[1]  10%|#   |\r")  # each state of the bar: a line ended by "\r"
+    os.write(w1, b"\r100%|####|\nwin\r\nlast")
+    os.close(w1)
+    threads[1].join(10)
+    big = b"y" * (3 * output.PARTIAL_MAX + 5)
+    os.write(w0, b"L")
+    shown_soon(b"[0] L")
+
+    def feed():
+        os.write(w0, big)
+        os.close(w0)
+    writer = threading.Thread(target=feed)
+    writer.start()
+    threads[0].join(20)
+    writer.join(10)
+    text = console.getvalue()
+    assert text.startswith(b"[0] name? [0] got alice\n[0] epoch 1 ... done\n"), text[:300]
+    assert b"[1]  10%|#   |\r[1]  20%|##  |\r[1] 100%|####|\n[1] win\r\n[1] last\n" in text, text[:300]
+    # The big line: whole, in pieces of at most PARTIAL_MAX (one rank only: not re-tagged).
+    assert text.endswith(b"[0] L" + big + b"\n"), text[-100:]
+
+
+def test_end_to_end_prompt_shows_before_its_answer(tmp_path):
+    # Rank 0 prompts (no newline) and waits for the answer, which the test gives only
+    # once it sees the prompt on the launcher's console (the relay held it until the
+    # newline, i.e. until after the answer: the user answered blind).
+    import threading
+    import time
+    answer = tmp_path / "answer"
+    script = ('import os, sys, time; r = os.environ["PMI_RANK"]\n'
+              'if r == "0":\n'
+              '    sys.stdout.write("name? "); sys.stdout.flush()\n'
+              '    deadline = time.time() + 60\n'
+              '    while not os.path.exists(sys.argv[1]) and time.time() < deadline:\n'
+              '        time.sleep(0.05)\n'
+              '    print("answered" if os.path.exists(sys.argv[1]) else "NO ANSWER")\n')
+    full = dict(os.environ, OMP_NUM_THREADS="1")
+    full["PYTHONPATH"] = os.pathsep.join([REPO] + [p for p in full.get("PYTHONPATH", "").split(os.pathsep) if p])
+    proc = subprocess.Popen([sys.executable, "-m", "mxhorovod.runner", "-np", "2", sys.executable,
+                             "-c", script, str(answer)], env=full, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    seen = []
+    reader = threading.Thread(target=lambda: seen.extend(iter(lambda: proc.stdout.read1(4096), b"")))
+    reader.start()
+    try:
+        deadline = time.monotonic() + 90
+        while b"[0] name? " not in b"".join(seen) and proc.poll() is None and \
+                time.monotonic() < deadline:
+            time.sleep(0.05)
+        answer.write_text("alice")
+        proc.wait(timeout=90)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        reader.join(10)
+    out = b"".join(seen).decode()
+    assert proc.returncode == 0, out[-3000:]
+    assert re.search(r"^\[0\] name\? \[0\] answered$", out, re.M), out[-3000:]

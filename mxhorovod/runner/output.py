@@ -26,6 +26,8 @@ as an orphan the ranks ran on to the end, their output lost.
 """
 import ctypes
 import os
+import re
+import select
 import shutil
 import signal
 import subprocess
@@ -54,28 +56,95 @@ def capture_patterns(capture_dir):
     return tuple(os.path.join(capture_dir, "%s.%%r" % stream) for stream in _STREAMS)
 
 
+# An unfinished line (a prompt: input(), pdb's "(Pdb) "; a progress bar between two of its
+# updates) is shown once its rank has written nothing more for this long, or has this much
+# of it: hydra's -l showed it at once, and the relay held it until its newline (the user
+# typed into pdb without seeing its prompt). A print under PYTHONUNBUFFERED=1 is several
+# writes in a row, far closer together than this, so its line still comes out whole.
+PARTIAL_AFTER = 0.5
+PARTIAL_MAX = 1 << 20
+# What ends a line: "\n", "\r\n", and "\r" alone: a progress bar (tqdm) rewrites its line
+# after a "\r" and writes "\n" only at its very end; each of its states is a line of its own
+# ("[0] 40%|####  |\r"), so the bar moves on the console as it did under mpirun -l.
+_EOL = re.compile(rb"\r\n|\n|\r")
+
+
+class _Console:
+    """The state of one console file, shared by the sinks that write to it (stdout and
+    stderr on one terminal): its lock, and whose line is left unfinished on it."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.open = None  # (rank, stream) whose unfinished line ends the console's text
+        # ... and it ends in a blank, like a prompt (input()'s, pdb's "(Pdb) "): the
+        # terminal's echo of the user's answer will have ended that line; what the rank
+        # writes next is tagged again, as a line of its own.
+        self.prompt = False
+
+
 class _Sink:
     """Where one stream of the ranks goes: the console (shared, one lock) and the files."""
 
-    def __init__(self, console, timestamps):
+    def __init__(self, console, timestamps, name="stdout", state=None):
         self.console = console
         self.timestamps = timestamps
-        self.lock = threading.Lock()
+        self.name = name
+        self.state = state or _Console()
+
+    def write(self, rank, data, file, started=False, complete=True):
+        """The next bytes of ``rank``'s stream: a line's end (``complete``: ``data`` ends
+        with its "\n", "\r\n" or "\r") or a part of a line; ``started``: the line's
+        beginning was written before. The console gets each line after ``[rank] ``; a part
+        continues on the console only while no other line came in between (else it is
+        tagged again, on a line of its own). The file gets the bytes as written."""
+        stamp = (time.asctime() + " ").encode() if self.timestamps else b""
+        state = self.state
+        with state.lock:
+            if self.console is not None:
+                key = (rank, self.name)
+                if started and state.open == key and not state.prompt:
+                    text = data
+                elif started and not data.strip(b"\r\n"):
+                    text = b""  # the bare end of a line that another's line ended
+                elif data == b"\r":
+                    text = b""  # a progress bar's first "\r": nothing to show
+                elif started and state.open == key:
+                    # After a prompt the terminal's echo of the answer ended the line.
+                    text = stamp + b"[%d] " % rank + data
+                else:
+                    text = (b"\n" if state.open is not None else b"") + stamp + \
+                        b"[%d] " % rank + data
+                if text:
+                    state.open = None if complete else key
+                    state.prompt = not complete and data.endswith((b" ", b"\t"))
+                    try:
+                        self.console.write(text)
+                        self.console.flush()
+                    except OSError:
+                        self._console_gone()
+        if file is not None:
+            file.write(data if started else stamp + data)
+            file.flush()
+
+    def end(self, rank):
+        """``rank``'s stream has ended: its unfinished line gets a newline on the console,
+        so that the next line starts on a line of its own (the file does not)."""
+        state = self.state
+        with state.lock:
+            if state.open == (rank, self.name):
+                state.open = None
+                if self.console is not None:
+                    try:
+                        self.console.write(b"\n")
+                        self.console.flush()
+                    except OSError:
+                        self._console_gone()
 
     def line(self, rank, data, file, end=False):
-        """One line of ``rank`` (``end``: its last, without a newline: the console gets one,
-        so that the next rank's line starts on a line of its own; the file does not)."""
-        stamp = (time.asctime() + " ").encode() if self.timestamps else b""
-        with self.lock:
-            if self.console is not None:
-                try:
-                    self.console.write(stamp + b"[%d] " % rank + data + (b"\n" if end else b""))
-                    self.console.flush()
-                except OSError:
-                    self._console_gone()
-        if file is not None:
-            file.write(stamp + data)
-            file.flush()
+        """One whole line of ``rank`` (``end``: its last, without a newline)."""
+        self.write(rank, data, file, complete=not end)
+        if end:
+            self.end(rank)
 
     def _console_gone(self):
         # The console's reader went away ("mxhorovodrun ... | head") or its terminal hung
@@ -95,27 +164,62 @@ class _Sink:
             pass  # not a file of its own (a test's BytesIO): dropping it is enough
 
 
-def _read(fd, rank, sink, file):
+def _sinks(console, timestamps):
+    """The (stdout, stderr) sinks; one _Console for both when they write to the same file
+    (a terminal, 2>&1): a line of one stream then ends the other's unfinished line."""
+    def ident(f):
+        try:
+            st = os.fstat(f.fileno())
+            return (st.st_dev, st.st_ino, st.st_rdev)
+        except (OSError, ValueError, AttributeError):
+            return id(f)
+    out, err = console
+    shared = _Console() if ident(out) == ident(err) else None
+    return [_Sink(f, timestamps, name, shared) for f, name in zip(console, _STREAMS)]
+
+
+def _read(fd, rank, sink, file, partial_after=None):
     """Relays one rank's stream until its pipe ends; closes the pipe and the file."""
+    partial_after = PARTIAL_AFTER if partial_after is None else partial_after
     pending = []  # pieces of the unfinished line: joined once it ends (a long line is
-    try:          # read in many chunks; re-joining it at every chunk was quadratic)
+    size = 0      # read in many chunks; re-joining it at every chunk was quadratic)
+    started = False  # a part of the unfinished line was relayed already
+
+    def flush(complete):
+        nonlocal pending, size, started
+        sink.write(rank, b"".join(pending), file, started, complete)
+        pending, size, started = [], 0, not complete
+
+    poller = select.poll()  # not select(): a descriptor above 1023 (many ranks) fails it
+    poller.register(fd, select.POLLIN)
+    try:
         while True:
+            if pending and not poller.poll(partial_after * 1000):
+                flush(False)  # a prompt, or a pause in the middle of a line
+                continue
             try:
                 chunk = os.read(fd, 65536)
             except OSError:
                 break
             if not chunk:
                 break
-            if b"\n" not in chunk:
-                pending.append(chunk)
-                continue
-            *lines, rest = chunk.split(b"\n")
-            lines[0] = b"".join(pending) + lines[0]
-            pending = [rest] if rest else []
-            for text in lines:
-                sink.line(rank, text + b"\n", file)
+            if pending and pending[-1].endswith(b"\r") and not chunk.startswith(b"\n"):
+                flush(True)  # the "\r" that ended the last chunk ended a line
+            begin = 0
+            for m in _EOL.finditer(chunk):
+                if m.end() == len(chunk) and chunk.endswith(b"\r"):
+                    break  # "\r", or half of "\r\n": the next chunk tells
+                pending.append(chunk[begin:m.end()])
+                flush(True)
+                begin = m.end()
+            if begin < len(chunk):
+                pending.append(chunk[begin:])
+                size += len(chunk) - begin
+                if size >= PARTIAL_MAX:
+                    flush(False)
         if pending:
-            sink.line(rank, b"".join(pending), file, end=True)
+            flush(False)
+        sink.end(rank)
     finally:
         os.close(fd)
         if file is not None:
@@ -162,7 +266,7 @@ def run_captured(argv, env, np, capture_dir, output_filename=None, timestamps=Fa
             be started.
     """
     console = console or (sys.stdout.buffer, sys.stderr.buffer)
-    sinks = [_Sink(c, timestamps) for c in console]
+    sinks = _sinks(console, timestamps)
     readers, threads, writers = [], [], []
     proc = None
     previous = {}
