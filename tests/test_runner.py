@@ -1041,3 +1041,19 @@ def test_end_to_end_prompt_shows_before_its_answer(tmp_path):
     out = b"".join(seen).decode()
     assert proc.returncode == 0, out[-3000:]
     assert re.search(r"^\[0\] name\? \[0\] answered$", out, re.M), out[-3000:]
+
+
+def test_end_to_end_console_that_fails_is_named():
+    # stdout on a full disk (/dev/full): the relay dropped the ranks' stdout without a
+    # word and exited 0. The job still runs on (as with "| head"), and stderr says so.
+    full = dict(os.environ, OMP_NUM_THREADS="1")
+    full["PYTHONPATH"] = os.pathsep.join([REPO] + [p for p in full.get("PYTHONPATH", "").split(os.pathsep) if p])
+    with open("/dev/full", "wb") as devfull:
+        proc = subprocess.run([sys.executable, "-m", "mxhorovod.runner", "-np", "2", sys.executable,
+                               "-c", "import sys; print('out'); print('err', file=sys.stderr)"],
+                              env=full, stdout=devfull, stderr=subprocess.PIPE, text=True,
+                              timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr.count("mxhorovodrun: cannot write the ranks' stdout to the console "
+                             "(No space left on device)") == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and proc.stderr.count("] err") == 2, proc.stderr[-3000:]

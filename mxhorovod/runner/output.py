@@ -120,8 +120,8 @@ class _Sink:
                     try:
                         self.console.write(text)
                         self.console.flush()
-                    except OSError:
-                        self._console_gone()
+                    except OSError as e:
+                        self._console_gone(e)
         if file is not None:
             file.write(data if started else stamp + data)
             file.flush()
@@ -137,8 +137,8 @@ class _Sink:
                     try:
                         self.console.write(b"\n")
                         self.console.flush()
-                    except OSError:
-                        self._console_gone()
+                    except OSError as e:
+                        self._console_gone(e)
 
     def line(self, rank, data, file, end=False):
         """One whole line of ``rank`` (``end``: its last, without a newline)."""
@@ -146,14 +146,23 @@ class _Sink:
         if end:
             self.end(rank)
 
-    def _console_gone(self):
+    def _console_gone(self, error=None):
         # The console's reader went away ("mxhorovodrun ... | head") or its terminal hung
         # up. The reader thread used to die of it (a BrokenPipeError traceback): the rank's
         # pipe closed, the rest of its output lost, --output-filename's files cut short.
         # Now only the console is dropped and relaying to the files goes on; the console's
         # descriptor gets /dev/null, so that the flush at exit has nothing to fail on
         # (Python's recipe for BrokenPipeError).
+        # Anything but a reader gone (a full disk, /dev/full) is said once, on stderr:
+        # the output was dropped without a word.
         console, self.console = self.console, None
+        if error is not None and not isinstance(error, BrokenPipeError):
+            try:
+                os.write(2, b"mxhorovodrun: cannot write the ranks' %s to the console (%s); "
+                         b"dropping it from here on\n"
+                         % (self.name.encode(), str(error.strerror or error).encode()))
+            except OSError:
+                pass
         try:
             devnull = os.open(os.devnull, os.O_WRONLY)
             try:
