@@ -1057,3 +1057,36 @@ def test_end_to_end_console_that_fails_is_named():
     assert proc.stderr.count("mxhorovodrun: cannot write the ranks' stdout to the console "
                              "(No space left on device)") == 1, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr and proc.stderr.count("] err") == 2, proc.stderr[-3000:]
+
+
+def test_relay_loses_nothing_on_a_console_made_non_blocking():
+    # mpirun shares the launcher's console (same open file) and hydra makes it
+    # non-blocking: the relay's buffered writes then lost whole lines whenever the console's
+    # reader was slower than the ranks (50 MB per rank into a slow pipe: hundreds of lines).
+    import fcntl
+    import threading
+    import time
+    from mxhorovod.runner import output
+
+    r, w = os.pipe()
+    fcntl.fcntl(w, fcntl.F_SETFL, fcntl.fcntl(w, fcntl.F_GETFL) | os.O_NONBLOCK)
+    console = os.fdopen(w, "wb")
+    got = []
+
+    def slow_reader():
+        while True:
+            chunk = os.read(r, 4096)
+            if not chunk:
+                break
+            got.append(chunk)
+            time.sleep(0.0005)
+    reader = threading.Thread(target=slow_reader)
+    reader.start()
+    sink = output._sinks((console, console), timestamps=False)[0]
+    lines = [b"%06d %s\n" % (i, b"x" * 90) for i in range(5000)]
+    for line in lines:
+        sink.write(0, line, None)
+    console.close()
+    reader.join(60)
+    os.close(r)
+    assert b"".join(got) == b"".join(b"[0] " + line for line in lines)

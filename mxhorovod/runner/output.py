@@ -69,6 +69,29 @@ PARTIAL_MAX = 1 << 20
 _EOL = re.compile(rb"\r\n|\n|\r")
 
 
+def _write_all(console, data):
+    """Writes ``data`` to the console file, waiting while it is full. mpirun (and its
+    proxy) inherit the console and share its open file: hydra makes it non-blocking, and
+    the launcher's buffered writes then lost whole lines, silently, whenever the console's
+    reader was slower than the ranks (a pipe into a log processor, a slow terminal)."""
+    try:
+        fd = console.fileno()
+    except (AttributeError, ValueError, OSError):  # not a file of its own (a test's BytesIO)
+        console.write(data)
+        console.flush()
+        return
+    view = memoryview(data)
+    poller = None
+    while view:
+        try:
+            view = view[os.write(fd, view):]
+        except BlockingIOError:
+            if poller is None:
+                poller = select.poll()
+                poller.register(fd, select.POLLOUT)
+            poller.poll(1000)
+
+
 class _Console:
     """The state of one console file, shared by the sinks that write to it (stdout and
     stderr on one terminal): its lock, and whose line is left unfinished on it."""
@@ -118,8 +141,7 @@ class _Sink:
                     state.open = None if complete else key
                     state.prompt = not complete and data.endswith((b" ", b"\t"))
                     try:
-                        self.console.write(text)
-                        self.console.flush()
+                        _write_all(self.console, text)
                     except OSError as e:
                         self._console_gone(e)
         if file is not None:
@@ -135,8 +157,7 @@ class _Sink:
                 state.open = None
                 if self.console is not None:
                     try:
-                        self.console.write(b"\n")
-                        self.console.flush()
+                        _write_all(self.console, b"\n")
                     except OSError as e:
                         self._console_gone(e)
 
@@ -214,6 +235,15 @@ def _read(fd, rank, sink, file, partial_after=None):
                 break
             if pending and pending[-1].endswith(b"\r") and not chunk.startswith(b"\n"):
                 flush(True)  # the "\r" that ended the last chunk ended a line
+            if b"\r" not in chunk and b"\n" in chunk:  # the common case, at C speed
+                *lines, rest = chunk.split(b"\n")
+                pending.append(lines[0])
+                lines[0] = b"".join(pending)
+                for text in lines:
+                    sink.write(rank, text + b"\n", file, started)
+                    started = False
+                pending, size = ([rest], len(rest)) if rest else ([], 0)
+                continue
             begin = 0
             for m in _EOL.finditer(chunk):
                 if m.end() == len(chunk) and chunk.endswith(b"\r"):
@@ -275,6 +305,8 @@ def run_captured(argv, env, np, capture_dir, output_filename=None, timestamps=Fa
             be started.
     """
     console = console or (sys.stdout.buffer, sys.stderr.buffer)
+    for c in console:
+        c.flush()  # the relay writes past their buffers (_write_all)
     sinks = _sinks(console, timestamps)
     readers, threads, writers = [], [], []
     proc = None
