@@ -923,6 +923,23 @@ def test_end_to_end_ctrl_c_of_the_terminal_reaches_mpirun_once(tmp_path):
     assert proc.returncode == 0, out[-3000:]
 
 
+def test_end_to_end_the_launcher_holds_no_mxnet_while_the_job_runs(tmp_path):
+    # The launcher imports mxhorovod (and MXNet: ~220 MB); as the relay's process it lived
+    # as long as the job with all of it. It now execs a Python that runs the relay alone.
+    proc, _ = _start_sleepers(tmp_path)
+    try:
+        with open("/proc/%d/maps" % proc.pid) as f:
+            maps = f.read()
+        with open("/proc/%d/cmdline" % proc.pid, "rb") as f:
+            argv = f.read().decode().split("\0")
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=60)
+    assert argv[1:3] == ["-I", os.path.join(REPO, "mxhorovod", "runner", "output.py")], argv
+    assert "libmxnet" not in maps and "_core" not in maps
+    assert proc.returncode != 0, out[-3000:]  # SIGTERM, forwarded to mpirun, ended the job
+
+
 def test_end_to_end_launcher_killed_ends_the_job(tmp_path):
     # SIGKILL (or the OOM killer) of the launcher: with mpirun exec'ed that was mpirun's
     # death and hydra ended the ranks; with mpirun as the launcher's orphan the job ran on
@@ -981,6 +998,7 @@ def test_relay_shows_prompts_and_progress_bars_and_bounds_a_line():
     os.write(w0, b"epoch 1 ...")
     shown_soon(b"[0] epoch 1 ...")
     os.write(w0, b" done\n")  # nothing came in between: the same line goes on
+    shown_soon(b"[0] epoch 1 ... done\n")  # before rank 1 writes (its reader may be first)
     os.write(w1, b"\r 10%|#   |")
     os.write(w1, b"\r 20%|##  |")
     shown_soon(b"[1]  10%|#   |\r")  # each state of the bar: a line ended by "\r"

@@ -1,12 +1,11 @@
 """mxhorovodrun's main: parse horovodrun's flags, find and identify mpirun, check the hosts
 (with --start-timeout), build the ranks' environment, then replace this process with mpirun
-(its exit status is ours; Open MPI) or, under hydra, run mpirun as a child and relay each
-rank's output line by line (see output.py)."""
+(its exit status is ours; Open MPI) or, under hydra, with the output relay: a light Python
+that runs output.py, starts mpirun as its child and relays each rank's output line by line."""
 import logging
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
 
@@ -14,7 +13,7 @@ from mxhorovod.runner.args import parse_args
 from mxhorovod.runner.hosts import assign_ranks, parse_hostfile, parse_hosts
 from mxhorovod.runner.mpi import (HYDRA, INTEL_MPI, LaunchError, detect, find_mpirun,
                                   mpirun_command)
-from mxhorovod.runner.output import capture_patterns, run_captured
+from mxhorovod.runner.output import capture_patterns, relay_command, run_captured
 from mxhorovod.runner.settings import UNUSED_FLAGS, horovod_env, omp_threads, usable_cores
 from mxhorovod.runner.startup import DEFAULT_START_TIMEOUT, Deadline, check_hosts
 
@@ -107,12 +106,14 @@ def _setup_logging(verbose):
     log.setLevel(logging.INFO if verbose else logging.WARNING)
 
 
-def main(argv=None, execve=os.execve, popen=subprocess.Popen):
-    """Runs mxhorovodrun with ``argv`` (default sys.argv[1:]). Does not return when mpirun
-    starts by exec (Open MPI: the process becomes mpirun); returns mpirun's exit status when
-    the launcher relays the ranks' output (hydra: mpirun is a child, started by ``popen``);
-    returns 0 after --version or --check-build, 1 when the job cannot start (the reason is
-    printed). Bad flags exit with status 2."""
+def main(argv=None, execve=os.execve, popen=None):
+    """Runs mxhorovodrun with ``argv`` (default sys.argv[1:]). Does not return when it
+    starts the job: by exec of mpirun (Open MPI: the process becomes mpirun) or of the
+    output relay (hydra: a Python of its own runs mxhorovod/runner/output.py, mpirun its
+    child; see :func:`mxhorovod.runner.output.relay_command`). With ``popen`` (tests) the
+    relay runs in this process instead, starting mpirun by ``popen``, and main returns
+    mpirun's exit status. Returns 0 after --version or --check-build, 1 when the job cannot
+    start (the reason is printed). Bad flags exit with status 2."""
     args = parse_args(argv)
     # horovodrun's --start-timeout: its checks (here: mpirun --version, and the remote
     # hosts when a timeout is given) must finish within it.
@@ -145,7 +146,7 @@ def main(argv=None, execve=os.execve, popen=subprocess.Popen):
     log.info("%s", " ".join(shlex.quote(a) for a in cmd))
     sys.stdout.flush()
     sys.stderr.flush()
-    if captures_output(mpi):
+    if captures_output(mpi) and popen is not None:
         try:
             return run_captured(cmd, env, args.num_proc, capture_dir,
                                 output_filename=args.output_filename,
@@ -153,10 +154,16 @@ def main(argv=None, execve=os.execve, popen=subprocess.Popen):
         except OSError as e:
             log.error("error: %s", e)
             return 1
-    shutil.rmtree(capture_dir, ignore_errors=True)
+    if captures_output(mpi):
+        cmd = relay_command(sys.executable, cmd, args.num_proc, capture_dir,
+                            output_filename=args.output_filename,
+                            timestamps=args.prefix_output_with_timestamp)
+    else:
+        shutil.rmtree(capture_dir, ignore_errors=True)
     try:
         execve(cmd[0], cmd, env)
     except OSError as e:
+        shutil.rmtree(capture_dir, ignore_errors=True)
         log.error("error: cannot run %s: %s", cmd[0], e.strerror or e)
         return 1
     return 0  # only when execve was replaced (tests)

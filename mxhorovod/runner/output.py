@@ -25,6 +25,7 @@ launcher dies (SIGKILL, the OOM killer): the job ended with an exec'ed mpirun; w
 as an orphan the ranks ran on to the end, their output lost.
 """
 import ctypes
+import json
 import os
 import re
 import select
@@ -35,7 +36,7 @@ import sys
 import threading
 import time
 
-__all__ = ["pad_rank", "rank_dir", "capture_patterns", "run_captured"]
+__all__ = ["pad_rank", "rank_dir", "capture_patterns", "run_captured", "relay_command"]
 
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 _STREAMS = ("stdout", "stderr")
@@ -372,3 +373,30 @@ def run_captured(argv, env, np, capture_dir, output_filename=None, timestamps=Fa
         # job was interrupted: say so, as a shell does for a process killed by a signal.
         return 128 + forwarded[-1]
     return _exit_status(code)
+
+
+def relay_command(python, argv, np, capture_dir, output_filename=None, timestamps=False):
+    """The command line that runs :func:`run_captured` with these arguments in a Python of
+    its own, with mpirun's environment as its own: this file by path, under ``-I`` (no
+    PYTHON* variables, no user site, not this directory on sys.path), which imports the
+    standard library only. mxhorovodrun execs it: the process that lives as long as the job
+    then holds none of the ~220 MB that importing the mxhorovod package (and MXNet) costs,
+    as mpirun itself held none when the launcher became it."""
+    spec = {"argv": list(argv), "np": np, "capture_dir": capture_dir,
+            "output_filename": output_filename, "timestamps": bool(timestamps)}
+    return [python, "-I", os.path.abspath(__file__), json.dumps(spec)]
+
+
+def _main(args):
+    spec = json.loads(args[0])
+    try:
+        return run_captured(spec["argv"], dict(os.environ), spec["np"], spec["capture_dir"],
+                            output_filename=spec["output_filename"],
+                            timestamps=spec["timestamps"])
+    except OSError as e:
+        sys.stderr.write("mxhorovodrun: error: %s\n" % e)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
