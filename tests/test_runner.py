@@ -65,6 +65,14 @@ def plan(tmp_path, flavour, argv, cores=8, environ=None, capture_dir="/cap"):
     return cmd, out_env, notes
 
 
+def _as_from_a_terminal():
+    """preexec_fn of the launchers the tests start: the signals a shell's foreground job
+    has (a run in the background, as `bash .ci/run &`, starts with SIGINT ignored, which
+    the launcher leaves ignored, as asked)."""
+    for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_DFL)
+
+
 def launcher(args, env=None, timeout=240):
     """Runs python -m mxhorovod.runner ARGS; returns the CompletedProcess (output merged)."""
     full = dict(os.environ)
@@ -73,7 +81,8 @@ def launcher(args, env=None, timeout=240):
     full.update(env or {})
     cmd = [sys.executable, "-m", "mxhorovod.runner"] + list(args)
     proc = subprocess.Popen(cmd, env=full, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+                            text=True, start_new_session=True,
+                            preexec_fn=_as_from_a_terminal)
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -853,11 +862,39 @@ def test_captured_run_own_session_and_interrupted_status(tmp_path, signals, code
     fake = _FakeMpirun(signals, code)
     capture = tmp_path / "pipes"
     capture.mkdir()
-    assert run_captured(["mpirun"], {}, 1, str(capture), popen=fake,
-                        console=(io.BytesIO(), io.BytesIO())) == want
-    assert fake.kwargs.get("start_new_session") is True, fake.kwargs
-    assert fake.got == signals
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        assert run_captured(["mpirun"], {}, 1, str(capture), popen=fake,
+                            console=(io.BytesIO(), io.BytesIO())) == want
+        assert fake.kwargs.get("start_new_session") is True, fake.kwargs
+        assert fake.got == signals
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def test_captured_run_leaves_ignored_signals_ignored(tmp_path):
+    # "nohup mxhorovodrun ... &": SIGHUP is ignored; forwarding it would end the job when
+    # the terminal hangs up, which nohup is there to prevent (mpirun, in a session of its
+    # own, would not have heard the terminal's hang-up at all).
+    from mxhorovod.runner.output import run_captured
+
+    class Fake(_FakeMpirun):
+        def wait(self):
+            self.seen = signal.getsignal(signal.SIGHUP)
+            os.kill(os.getpid(), signal.SIGHUP)
+            return self.code
+    fake = Fake([], 0)
+    capture = tmp_path / "pipes"
+    capture.mkdir()
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        assert run_captured(["mpirun"], {}, 1, str(capture), popen=fake,
+                            console=(io.BytesIO(), io.BytesIO())) == 0
+        assert fake.seen == signal.SIG_IGN and fake.got == []
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, before)
 
 
 def _wait_for_files(paths, timeout=90):
@@ -894,7 +931,8 @@ def _start_sleepers(tmp_path):
     full["PYTHONPATH"] = os.pathsep.join([REPO] + [p for p in full.get("PYTHONPATH", "").split(os.pathsep) if p])
     proc = subprocess.Popen([sys.executable, "-m", "mxhorovod.runner", "-np", "2", sys.executable,
                              "-c", _SLEEPER, str(tmp_path)], env=full, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            preexec_fn=_as_from_a_terminal)
     try:
         pids = _wait_for_files([str(tmp_path / ("pid.%d" % r)) for r in range(2)])
     except BaseException:
@@ -1041,7 +1079,8 @@ def test_end_to_end_prompt_shows_before_its_answer(tmp_path):
     full["PYTHONPATH"] = os.pathsep.join([REPO] + [p for p in full.get("PYTHONPATH", "").split(os.pathsep) if p])
     proc = subprocess.Popen([sys.executable, "-m", "mxhorovod.runner", "-np", "2", sys.executable,
                              "-c", script, str(answer)], env=full, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+                            stderr=subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=_as_from_a_terminal)
     seen = []
     reader = threading.Thread(target=lambda: seen.extend(iter(lambda: proc.stdout.read1(4096), b"")))
     reader.start()

@@ -297,7 +297,8 @@ def run_captured(argv, env, np, capture_dir, output_filename=None, timestamps=Fa
     """Runs ``argv`` (an mpirun command line whose -outfile-pattern / -errfile-pattern are
     :func:`capture_patterns` of ``capture_dir``, an empty directory) and relays each of the
     ``np`` ranks' output as the module says; removes ``capture_dir``. Starts mpirun in a
-    session of its own and forwards SIGINT, SIGTERM, SIGHUP and SIGQUIT to it. Returns mpirun's
+    session of its own and forwards SIGINT, SIGTERM, SIGHUP and SIGQUIT to it, except those
+    this process ignores (``nohup``'s SIGHUP). Returns mpirun's
     exit status (128 + N when killed by signal N, or when it exits 0 after more than one
     forwarded signal, the last N). ``console``: (stdout, stderr) binary files, default this process's.
 
@@ -349,6 +350,8 @@ def run_captured(argv, env, np, capture_dir, output_filename=None, timestamps=Fa
                 pass
         if threading.current_thread() is threading.main_thread():
             for signum in _FORWARDED:
+                if signal.getsignal(signum) == signal.SIG_IGN:
+                    continue  # nohup's SIGHUP, a background job's SIGINT: ignored, as asked
                 previous[signum] = signal.signal(signum, forward)
         code = proc.wait()
     finally:
