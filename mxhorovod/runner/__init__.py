@@ -6,9 +6,9 @@
 
 Modules: args (flags), hosts (-H / --hostfile), settings (HOROVOD_* and OMP_NUM_THREADS),
 mpi (finding mpirun, telling MPICH/hydra, Open MPI and Intel MPI apart, their command
-lines), startup (--start-timeout's checks), output (each rank's output relayed for
---output-filename and --prefix-output-with-timestamp), check_build (--check-build),
-launch (main).
+lines), startup (--start-timeout's checks), output (under hydra, each rank's output
+relayed line by line by a Python of its own; --output-filename and
+--prefix-output-with-timestamp), check_build (--check-build), launch (main).
 """
 from mxhorovod.runner.launch import main, run_commandline
 
