@@ -1040,7 +1040,13 @@ def test_relay_shows_prompts_and_progress_bars_and_bounds_a_line():
     os.write(w1, b"\r 10%|#   |")
     os.write(w1, b"\r 20%|##  |")
     shown_soon(b"[1]  10%|#   |\r")  # each state of the bar: a line ended by "\r"
-    os.write(w1, b"\r100%|####|\nwin\r\nlast")
+    os.write(w1, b"\r100%|####|\nwin\r\nlast\n")
+    shown_soon(b"[1] last\n")
+    os.write(w1, b"\r    \r")  # tqdm clearing its bar when it closes; a pause; a print
+    shown_soon(b"[1]     \r")
+    time.sleep(0.2)  # 4 x partial_after: the "\r" ended that line
+    os.write(w1, b"epoch done\n")
+    shown_soon(b"epoch done\n")
     os.close(w1)
     threads[1].join(10)
     big = b"y" * (3 * output.PARTIAL_MAX + 5)
@@ -1057,6 +1063,7 @@ def test_relay_shows_prompts_and_progress_bars_and_bounds_a_line():
     text = console.getvalue()
     assert text.startswith(b"[0] name? [0] got alice\n[0] epoch 1 ... done\n"), text[:300]
     assert b"[1]  10%|#   |\r[1]  20%|##  |\r[1] 100%|####|\n[1] win\r\n[1] last\n" in text, text[:300]
+    assert b"[1]     \r[1] epoch done\n" in text, text[:400]
     # The big line: whole, in pieces of at most PARTIAL_MAX (one rank only: not re-tagged).
     assert text.endswith(b"[0] L" + big + b"\n"), text[-100:]
 

@@ -226,7 +226,10 @@ def _read(fd, rank, sink, file, partial_after=None):
     try:
         while True:
             if pending and not poller.poll(partial_after * 1000):
-                flush(False)  # a prompt, or a pause in the middle of a line
+                # A prompt, or a pause in the middle of a line; but a "\r" at its end ended
+                # it (tqdm's "\r<blanks>\r" when it closes, then a print of the same
+                # stream): only a "\n" right after it could have made it a "\r\n".
+                flush(pending[-1].endswith(b"\r"))
                 continue
             try:
                 chunk = os.read(fd, 65536)
