@@ -162,12 +162,6 @@ class _Sink:
                     except OSError as e:
                         self._console_gone(e)
 
-    def line(self, rank, data, file, end=False):
-        """One whole line of ``rank`` (``end``: its last, without a newline)."""
-        self.write(rank, data, file, complete=not end)
-        if end:
-            self.end(rank)
-
     def _console_gone(self, error=None):
         # The console's reader went away ("mxhorovodrun ... | head") or its terminal hung
         # up. The reader thread used to die of it (a BrokenPipeError traceback): the rank's

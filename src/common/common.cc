@@ -61,6 +61,10 @@ const char* OpTypeName(OpType t) {
   return "unknown";
 }
 
+std::string RankCount(int64_t n) {
+  return std::to_string(n) + (n == 1 ? " rank" : " ranks");
+}
+
 std::string ShapeString(const std::vector<int64_t>& shape) {
   std::ostringstream os;
   os << "(";

@@ -38,6 +38,8 @@ const char* OpTypeName(OpType t);
 inline bool IsControl(OpType t) { return t == OpType::kProcessSetAdd || t == OpType::kProcessSetRemove; }
 
 std::string ShapeString(const std::vector<int64_t>& shape);
+// "1 rank", "3 ranks": a count of ranks in an error message.
+std::string RankCount(int64_t n);
 int64_t NumElements(const std::vector<int64_t>& shape);
 
 // What one rank asks for; sent to the coordinator when the name is not in the cache.

@@ -113,8 +113,7 @@ Response MessageTable::Build(const std::vector<Request>& reqs) const {
     for (const auto& r : reqs) {
       if ((int)r.splits.size() != size_) {
         err = "alltoall '" + a.name + "': rank " + std::to_string(r.rank) + " gave " +
-              std::to_string(r.splits.size()) + " splits for " + std::to_string(size_) +
-              (size_ == 1 ? " rank" : " ranks");
+              std::to_string(r.splits.size()) + " splits for " + RankCount(size_);
         break;
       }
     }

@@ -252,7 +252,7 @@ Status StartMPI(int64_t comm_f2c, const std::vector<int>& ranks, bool hierarchic
       if (r < 0 || r >= psize) {
         return Status::InvalidArgument("init(comm=[...]): rank " + std::to_string(r) +
                                        " is out of range (the parent communicator has " +
-                                       std::to_string(psize) + (psize == 1 ? " rank: 0 to " : " ranks: 0 to ") +
+                                       RankCount(psize) + ": 0 to " +
                                        std::to_string(psize - 1) + ")");
       }
     }

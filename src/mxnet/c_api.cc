@@ -280,8 +280,7 @@ int Alltoall(void* input, void* output, const char* name, const int64_t* splits,
   const int size = op->set->size;
   if (num_splits != size) {
     return refuse(Status::InvalidArgument(What(OpType::kAlltoall, name) + ": " + std::to_string(num_splits) +
-                                        " splits given for " + std::to_string(size) +
-                                        (size == 1 ? " rank" : " ranks")));
+                                        " splits given for " + RankCount(size)));
   }
   if (!splits || !recv_splits) {
     return refuse(Status::InvalidArgument(What(OpType::kAlltoall, name) + ": the " +
