@@ -139,20 +139,16 @@ def test_unnamed_calls_on_sets_removed_and_on_ids_given_again_after_reinit():
                    "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "6"})
 
 
-def test_autotune_tries_every_candidate_and_keeps_results_right(tmp_path):
+@pytest.mark.parametrize("worker,steps_per_sample", [
+    ("core_autotune.py", "2"),            # tries every candidate, results stay right
+    ("core_autotune_new_names.py", "1"),  # samples when no name comes round again
+])
+def test_autotune(tmp_path, worker, steps_per_sample):
     log = tmp_path / "autotune.csv"
-    run_ranks(2, "core_autotune.py", [str(log)], timeout=240,
+    run_ranks(2, worker, [str(log)], timeout=240,
               env={"HOROVOD_AUTOTUNE": "1", "HOROVOD_AUTOTUNE_LOG": str(log),
                    "HOROVOD_AUTOTUNE_WARMUP_SAMPLES": "0",
-                   "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE": "2"})
-
-
-def test_autotune_samples_when_no_name_comes_round(tmp_path):
-    log = tmp_path / "autotune.csv"
-    run_ranks(2, "core_autotune_new_names.py", [str(log)], timeout=240,
-              env={"HOROVOD_AUTOTUNE": "1", "HOROVOD_AUTOTUNE_LOG": str(log),
-                   "HOROVOD_AUTOTUNE_WARMUP_SAMPLES": "0",
-                   "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE": "1"})
+                   "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE": steps_per_sample})
 
 
 @pytest.mark.parametrize("blocking,cma", [("1", "1"), ("0", "1"), ("1", "0")])
