@@ -108,8 +108,10 @@ def extension():
     )
 
 
-# Name, version and the mxhorovodrun console script: pyproject.toml ([project]).
+# Name, version and the mxhorovodrun console script: pyproject.toml ([project]). The
+# launcher is a package of its own (mxhorovodrun, standard library only), so that starting
+# a job does not import mxhorovod and MXNet.
 setup(
-    packages=find_packages(include=["mxhorovod", "mxhorovod.*"]),
+    packages=find_packages(include=["mxhorovod", "mxhorovod.*", "mxhorovodrun"]),
     ext_modules=[extension()],
 )

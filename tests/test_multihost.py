@@ -101,11 +101,11 @@ def test_hierarchical_sends_less_between_hosts(hosts):
 def mxhorovodrun(form="installed"):
     """mxhorovodrun's command words: with ``form="installed"`` the console script next to
     this Python when there is one (a venv after ``pip install -e .``), else ``python -m
-    mxhorovod.runner``; ``form="module"`` always the latter."""
+    mxhorovodrun``; ``form="module"`` always the latter."""
     script = os.path.join(os.path.dirname(sys.executable), "mxhorovodrun")
     if form == "installed" and os.path.isfile(script) and os.access(script, os.X_OK):
         return [script]
-    return [sys.executable, "-m", "mxhorovod.runner"]
+    return [sys.executable, "-m", "mxhorovodrun"]
 
 
 def launching_env(**extra):

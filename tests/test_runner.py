@@ -1,7 +1,8 @@
-"""mxhorovodrun (python -m mxhorovod.runner): command lines for each MPI against a fake
+"""mxhorovodrun (python -m mxhorovodrun): command lines for each MPI against a fake
 mpirun that prints its version, the HOROVOD_* variables of the flags, OMP_NUM_THREADS,
 errors, --check-build, and real runs under the venv's mpirun asserting on every rank
-(also each rank's output files, binding and timestamps)."""
+(also each rank's output files, binding and timestamps), and that the launcher imports
+neither mxhorovod nor MXNet."""
 import io
 import json
 import os
@@ -14,13 +15,13 @@ import time
 import pytest
 
 from mpirun import HERE, WORKERS
-from mxhorovod.runner import hosts as hostlib
-from mxhorovod.runner.args import build_parser, parse_args
-from mxhorovod.runner.launch import main, prepare
-from mxhorovod.runner.mpi import (HYDRA, INTEL_MPI, OPEN_MPI, LaunchError, classify, detect,
+from mxhorovodrun import hosts as hostlib
+from mxhorovodrun.args import build_parser, parse_args
+from mxhorovodrun.launch import main, prepare
+from mxhorovodrun.mpi import (HYDRA, INTEL_MPI, OPEN_MPI, LaunchError, classify, detect,
                                   find_mpirun)
-from mxhorovod.runner.output import pad_rank
-from mxhorovod.runner.startup import Deadline, check_hosts, remote_hosts
+from mxhorovodrun.output import pad_rank
+from mxhorovodrun.startup import Deadline, check_hosts, remote_hosts
 
 REPO = os.path.dirname(HERE)
 
@@ -74,12 +75,12 @@ def _as_from_a_terminal():
 
 
 def launcher(args, env=None, timeout=240):
-    """Runs python -m mxhorovod.runner ARGS; returns the CompletedProcess (output merged)."""
+    """Runs python -m mxhorovodrun ARGS; returns the CompletedProcess (output merged)."""
     full = dict(os.environ)
     full["PYTHONPATH"] = os.pathsep.join([REPO] + [p for p in full.get("PYTHONPATH", "").split(os.pathsep) if p])
     full.setdefault("MXNET_CPU_WORKER_NTHREADS", "1")
     full.update(env or {})
-    cmd = [sys.executable, "-m", "mxhorovod.runner"] + list(args)
+    cmd = [sys.executable, "-m", "mxhorovodrun"] + list(args)
     proc = subprocess.Popen(cmd, env=full, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True,
                             preexec_fn=_as_from_a_terminal)
@@ -198,7 +199,7 @@ def test_open_mpi_command_line(tmp_path):
 
 
 def test_open_mpi_root_flag_and_local_hosts(tmp_path):
-    from mxhorovod.runner.mpi import MPI, mpirun_command
+    from mxhorovodrun.mpi import MPI, mpirun_command
     mpi = MPI("/x/mpirun", OPEN_MPI, "4.1")
     cmd, _, _ = mpirun_command(mpi, 2, ["python"], is_root=False)
     assert "--allow-run-as-root" not in cmd and cmd[cmd.index("-H") + 1] == "localhost:2"
@@ -389,8 +390,78 @@ def test_console_script_declared():
         pytest.skip("tomllib needs Python 3.11")
     with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
         project = tomllib.load(f)["project"]
-    assert project["scripts"]["mxhorovodrun"] == "mxhorovod.runner.launch:run_commandline"
-    from mxhorovod.runner.launch import run_commandline  # noqa: F401  the target exists
+    assert project["scripts"]["mxhorovodrun"] == "mxhorovodrun.launch:run_commandline"
+    from mxhorovodrun.launch import run_commandline  # noqa: F401  the target exists
+
+
+# --- what the launcher imports -------------------------------------------------------------
+
+def _console_script():
+    """What pip writes into the mxhorovodrun console script for pyproject's entry point."""
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
+        module, func = tomllib.load(f)["project"]["scripts"]["mxhorovodrun"].split(":")
+    return "import sys\nfrom %s import %s\nsys.exit(%s())\n" % (module, func, func)
+
+
+def _launcher_imports(form, args, env):
+    """(CompletedProcess, the modules the launcher's process imported before its exec) of
+    ``mxhorovodrun ARGS`` started as ``form``: the console script, or python -m."""
+    full = dict(os.environ)
+    full["PYTHONPATH"] = os.pathsep.join([REPO] + [p for p in full.get("PYTHONPATH", "").split(os.pathsep) if p])
+    full.update(env)
+    start = ["-c", _console_script()] if form == "console script" else ["-m", "mxhorovodrun"]
+    proc = subprocess.run([sys.executable, "-X", "importtime"] + start + list(args), env=full,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    modules = re.findall(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)\s*$", proc.stderr, re.M)
+    assert "mxhorovodrun.args" in modules, proc.stderr[-3000:]  # -X importtime saw the launcher
+    return proc, modules
+
+
+@pytest.mark.parametrize("form", ["console script", "python -m"])
+@pytest.mark.parametrize("flavour", [OPEN_MPI, HYDRA])
+def test_launcher_imports_neither_mxhorovod_nor_mxnet(tmp_path, form, flavour):
+    # The launcher imported the mxhorovod package, and with it MXNet and the extension:
+    # about 1.5 s (and 220 MB) before each job started, where mpirun takes 50 ms. It needs
+    # neither: flags, hosts, the environment and mpirun's command line are the standard
+    # library's work (Open MPI: it execs mpirun; hydra: it execs the output relay).
+    proc, modules = _launcher_imports(
+        form, ["-np", "2", "--cycle-time-ms", "3", "python", "t.py"],
+        {"MXHOROVOD_MPIRUN": fake_mpirun(tmp_path, VERSIONS[flavour]), "FAKE_EXIT": "3"})
+    assert proc.returncode == 3, proc.stdout + proc.stderr[-3000:]
+    assert "ENV HOROVOD_CYCLE_TIME=3" in proc.stdout, proc.stdout
+    heavy = [m for m in modules if m.split(".")[0] in ("mxnet", "mxhorovod", "numpy")]
+    assert not heavy, heavy
+
+
+def test_version_without_importing_mxnet():
+    import mxhorovod
+    for form in ("console script", "python -m"):
+        proc, modules = _launcher_imports(form, ["--version"], {})
+        assert proc.returncode == 0 and proc.stdout == mxhorovod.__version__ + "\n", proc
+        assert not [m for m in modules if m.split(".")[0] in ("mxnet", "mxhorovod")]
+
+
+def test_old_names_are_the_launcher(tmp_path):
+    # mxhorovod.runner (and python -m mxhorovod.runner) was the launcher's home: its modules
+    # are the very modules of mxhorovodrun (a monkeypatch through either reaches both).
+    import mxhorovod.runner
+    import mxhorovodrun
+    from mxhorovod.runner import output
+    from mxhorovod.runner.launch import main as old_main
+    assert old_main is main and output is sys.modules["mxhorovodrun.output"]
+    assert mxhorovod.runner.run_commandline is mxhorovodrun.run_commandline
+    for name in ("args", "check_build", "hosts", "launch", "mpi", "output", "settings",
+                 "startup"):
+        assert sys.modules["mxhorovod.runner." + name] is sys.modules["mxhorovodrun." + name]
+    fake = fake_mpirun(tmp_path, VERSIONS[OPEN_MPI])
+    full = dict(os.environ, MXHOROVOD_MPIRUN=fake, FAKE_EXIT="5")
+    full["PYTHONPATH"] = os.pathsep.join([REPO] + [p for p in full.get("PYTHONPATH", "").split(os.pathsep) if p])
+    proc = subprocess.run([sys.executable, "-m", "mxhorovod.runner", "-np", "2", "python", "t.py"],
+                          env=full, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=120)
+    assert proc.returncode == 5 and re.search(r"^ARGV .*-np 2 .*python t\.py$", proc.stdout, re.M), \
+        proc.stdout
 
 
 # --- the real launcher, as a user runs it -------------------------------------------------
@@ -768,7 +839,7 @@ def test_end_to_end_output_filename_with_the_console_gone(tmp_path):
     r, w = os.pipe()
     os.close(r)  # no reader at all: the first console write fails with EPIPE
     try:
-        proc = subprocess.run([sys.executable, "-m", "mxhorovod.runner", "-np", "2",
+        proc = subprocess.run([sys.executable, "-m", "mxhorovodrun", "-np", "2",
                                "--output-filename", str(out), sys.executable, "-c", script],
                               env=full, stdout=w, stderr=subprocess.PIPE, text=True,
                               timeout=120)
@@ -858,7 +929,7 @@ def test_captured_run_own_session_and_interrupted_status(tmp_path, signals, code
     # A Ctrl-C at the terminal signals the whole foreground process group: mpirun, in the
     # launcher's group, got SIGINT twice (the terminal's and the forwarded one), which hydra
     # takes as "force abort" and then exited 0 about one time in three.
-    from mxhorovod.runner.output import run_captured
+    from mxhorovodrun.output import run_captured
     fake = _FakeMpirun(signals, code)
     capture = tmp_path / "pipes"
     capture.mkdir()
@@ -877,7 +948,7 @@ def test_captured_run_leaves_ignored_signals_ignored(tmp_path):
     # "nohup mxhorovodrun ... &": SIGHUP is ignored; forwarding it would end the job when
     # the terminal hangs up, which nohup is there to prevent (mpirun, in a session of its
     # own, would not have heard the terminal's hang-up at all).
-    from mxhorovod.runner.output import run_captured
+    from mxhorovodrun.output import run_captured
 
     class Fake(_FakeMpirun):
         def wait(self):
@@ -929,7 +1000,7 @@ _SLEEPER = ('import os, sys, time; r = os.environ["PMI_RANK"]; d = sys.argv[1]\n
 def _start_sleepers(tmp_path):
     full = dict(os.environ, OMP_NUM_THREADS="1")
     full["PYTHONPATH"] = os.pathsep.join([REPO] + [p for p in full.get("PYTHONPATH", "").split(os.pathsep) if p])
-    proc = subprocess.Popen([sys.executable, "-m", "mxhorovod.runner", "-np", "2", sys.executable,
+    proc = subprocess.Popen([sys.executable, "-m", "mxhorovodrun", "-np", "2", sys.executable,
                              "-c", _SLEEPER, str(tmp_path)], env=full, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True,
                             preexec_fn=_as_from_a_terminal)
@@ -973,7 +1044,7 @@ def test_end_to_end_the_launcher_holds_no_mxnet_while_the_job_runs(tmp_path):
     finally:
         proc.terminate()
         out, _ = proc.communicate(timeout=60)
-    assert argv[1:3] == ["-I", os.path.join(REPO, "mxhorovod", "runner", "output.py")], argv
+    assert argv[1:3] == ["-I", os.path.join(REPO, "mxhorovodrun", "output.py")], argv
     assert "libmxnet" not in maps and "_core" not in maps
     assert proc.returncode != 0, out[-3000:]  # SIGTERM, forwarded to mpirun, ended the job
 
@@ -1013,7 +1084,7 @@ def test_relay_shows_prompts_and_progress_bars_and_bounds_a_line():
     import io
     import threading
     import time
-    from mxhorovod.runner import output
+    from mxhorovodrun import output
 
     console = io.BytesIO()
     sink = output._sinks((console, console), timestamps=False)[0]
@@ -1084,7 +1155,7 @@ def test_end_to_end_prompt_shows_before_its_answer(tmp_path):
               '    print("answered" if os.path.exists(sys.argv[1]) else "NO ANSWER")\n')
     full = dict(os.environ, OMP_NUM_THREADS="1")
     full["PYTHONPATH"] = os.pathsep.join([REPO] + [p for p in full.get("PYTHONPATH", "").split(os.pathsep) if p])
-    proc = subprocess.Popen([sys.executable, "-m", "mxhorovod.runner", "-np", "2", sys.executable,
+    proc = subprocess.Popen([sys.executable, "-m", "mxhorovodrun", "-np", "2", sys.executable,
                              "-c", script, str(answer)], env=full, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, start_new_session=True,
                             preexec_fn=_as_from_a_terminal)
@@ -1113,7 +1184,7 @@ def test_end_to_end_console_that_fails_is_named():
     full = dict(os.environ, OMP_NUM_THREADS="1")
     full["PYTHONPATH"] = os.pathsep.join([REPO] + [p for p in full.get("PYTHONPATH", "").split(os.pathsep) if p])
     with open("/dev/full", "wb") as devfull:
-        proc = subprocess.run([sys.executable, "-m", "mxhorovod.runner", "-np", "2", sys.executable,
+        proc = subprocess.run([sys.executable, "-m", "mxhorovodrun", "-np", "2", sys.executable,
                                "-c", "import sys; print('out'); print('err', file=sys.stderr)"],
                               env=full, stdout=devfull, stderr=subprocess.PIPE, text=True,
                               timeout=120)
@@ -1130,7 +1201,7 @@ def test_relay_loses_nothing_on_a_console_made_non_blocking():
     import fcntl
     import threading
     import time
-    from mxhorovod.runner import output
+    from mxhorovodrun import output
 
     r, w = os.pipe()
     fcntl.fcntl(w, fcntl.F_SETFL, fcntl.fcntl(w, fcntl.F_GETFL) | os.O_NONBLOCK)

@@ -1,15 +1,32 @@
-"""mxhorovodrun: horovodrun's command line, launching with the installed MPI's mpirun.
+"""The launcher's former home: the package :mod:`mxhorovodrun`, under its old names.
 
-    mxhorovodrun -np 4 python train.py
-    mxhorovodrun -np 4 -H host1:2,host2:2 --fusion-threshold-mb 32 python train.py
-    python -m mxhorovod.runner -np 2 python train.py      (the same, without the script)
-
-Modules: args (flags), hosts (-H / --hostfile), settings (HOROVOD_* and OMP_NUM_THREADS),
-mpi (finding mpirun, telling MPICH/hydra, Open MPI and Intel MPI apart, their command
-lines), startup (--start-timeout's checks), output (under hydra, each rank's output
-relayed line by line by a Python of its own; --output-filename and
---prefix-output-with-timestamp), check_build (--check-build), launch (main).
+``mxhorovod.runner.launch`` (and every other module of the launcher) is the very module
+``mxhorovodrun.launch``, so an import or a monkeypatch through either name reaches the
+same code. Importing through this name imports mxhorovod first, and with it MXNet; the
+launcher itself (the ``mxhorovodrun`` console script, ``python -m mxhorovodrun``) does not.
 """
-from mxhorovod.runner.launch import main, run_commandline
+import importlib
+import sys
+
+try:
+    import mxhorovodrun
+except ModuleNotFoundError as e:
+    if e.name != "mxhorovodrun":
+        raise
+    raise ImportError(
+        "mxhorovod's launcher is the package mxhorovodrun, which is not installed beside "
+        "mxhorovod (an install made before it existed): reinstall mxhorovod "
+        "(pip install --no-build-isolation -e . in the checkout)") from e
+
+_MODULES = ("args", "check_build", "hosts", "launch", "mpi", "output", "settings", "startup")
+
+for _name in _MODULES:
+    _module = importlib.import_module("mxhorovodrun." + _name)
+    sys.modules[__name__ + "." + _name] = _module
+    globals()[_name] = _module
+del _name, _module
+
+main = mxhorovodrun.main
+run_commandline = mxhorovodrun.run_commandline
 
 __all__ = ["main", "run_commandline"]

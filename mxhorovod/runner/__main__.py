@@ -1,6 +1,7 @@
-"""python -m mxhorovod.runner -np 2 python train.py  (the same as mxhorovodrun)."""
+"""python -m mxhorovod.runner -np 2 python train.py: ``python -m mxhorovodrun``, under its
+old name (which imports mxhorovod, and so MXNet, before the launcher starts)."""
 import sys
 
-from mxhorovod.runner.launch import run_commandline
+from mxhorovodrun.launch import run_commandline
 
 sys.exit(run_commandline())

@@ -4,7 +4,7 @@ import argparse
 import os
 import shlex
 
-from mxhorovod.runner.settings import LOG_LEVELS
+from mxhorovodrun.settings import LOG_LEVELS
 
 __all__ = ["build_parser", "parse_args"]
 

@@ -1,6 +1,6 @@
 """``mxhorovodrun --check-build``: horovodrun's report, plus the MXNet this build was made
 against, the one running, and the MPI that mxhorovodrun would launch with."""
-from mxhorovod.runner.mpi import LaunchError, detect, find_mpirun
+from mxhorovodrun.mpi import LaunchError, detect, find_mpirun
 
 __all__ = ["check_build_text"]
 

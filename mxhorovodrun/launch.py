@@ -2,6 +2,8 @@
 (with --start-timeout), build the ranks' environment, then replace this process with mpirun
 (its exit status is ours; Open MPI) or, under hydra, with the output relay: a light Python
 that runs output.py, starts mpirun as its child and relays each rank's output line by line."""
+import ast
+import importlib.util
 import logging
 import os
 import shlex
@@ -9,15 +11,15 @@ import shutil
 import sys
 import tempfile
 
-from mxhorovod.runner.args import parse_args
-from mxhorovod.runner.hosts import assign_ranks, parse_hostfile, parse_hosts
-from mxhorovod.runner.mpi import (HYDRA, INTEL_MPI, LaunchError, detect, find_mpirun,
-                                  mpirun_command)
-from mxhorovod.runner.output import capture_patterns, relay_command, run_captured
-from mxhorovod.runner.settings import UNUSED_FLAGS, horovod_env, omp_threads, usable_cores
-from mxhorovod.runner.startup import DEFAULT_START_TIMEOUT, Deadline, check_hosts
+from mxhorovodrun.args import parse_args
+from mxhorovodrun.hosts import assign_ranks, parse_hostfile, parse_hosts
+from mxhorovodrun.mpi import (HYDRA, INTEL_MPI, LaunchError, detect, find_mpirun,
+                              mpirun_command)
+from mxhorovodrun.output import capture_patterns, relay_command, run_captured
+from mxhorovodrun.settings import UNUSED_FLAGS, horovod_env, omp_threads, usable_cores
+from mxhorovodrun.startup import DEFAULT_START_TIMEOUT, Deadline, check_hosts
 
-__all__ = ["prepare", "main", "run_commandline"]
+__all__ = ["prepare", "package_version", "main", "run_commandline"]
 
 log = logging.getLogger("mxhorovodrun")
 
@@ -50,7 +52,7 @@ def prepare(args, environ=None, python=None, cores=None, capture_dir=None, timeo
     (default 60).
 
     Raises:
-        LaunchError: no usable mpirun (see :func:`mxhorovod.runner.mpi.find_mpirun`).
+        LaunchError: no usable mpirun (see :func:`mxhorovodrun.mpi.find_mpirun`).
         ValueError: bad hosts or host file, or more processes than slots.
     """
     env = dict(os.environ if environ is None else environ)
@@ -84,6 +86,25 @@ def prepare(args, environ=None, python=None, cores=None, capture_dir=None, timeo
     return mpi, argv, env, notes + more
 
 
+def package_version():
+    """mxhorovod's ``__version__``, read from its ``__init__.py`` without running it
+    (running it imports MXNet and the extension: seconds, for one line of text).
+
+    Raises:
+        LookupError: no mxhorovod package, or no ``__version__ = "..."`` in it.
+    """
+    spec = importlib.util.find_spec("mxhorovod")  # finds the file; runs nothing
+    if spec is None or not spec.origin or not os.path.isfile(spec.origin):
+        raise LookupError("the package mxhorovod is not installed beside mxhorovodrun")
+    with open(spec.origin, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), spec.origin)
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "__version__" for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise LookupError("no __version__ in %s" % spec.origin)
+
+
 class _Stderr(logging.StreamHandler):
     """Writes to sys.stderr as it is at each message, not as it was when main first ran
     (main may run more than once in a process: tests replace sys.stderr in between)."""
@@ -109,22 +130,26 @@ def _setup_logging(verbose):
 def main(argv=None, execve=os.execve, popen=None):
     """Runs mxhorovodrun with ``argv`` (default sys.argv[1:]). Does not return when it
     starts the job: by exec of mpirun (Open MPI: the process becomes mpirun) or of the
-    output relay (hydra: a Python of its own runs mxhorovod/runner/output.py, mpirun its
-    child; see :func:`mxhorovod.runner.output.relay_command`). With ``popen`` (tests) the
+    output relay (hydra: a Python of its own runs mxhorovodrun/output.py, mpirun its
+    child; see :func:`mxhorovodrun.output.relay_command`). With ``popen`` (tests) the
     relay runs in this process instead, starting mpirun by ``popen``, and main returns
     mpirun's exit status. Returns 0 after --version or --check-build, 1 when the job cannot
-    start (the reason is printed). Bad flags exit with status 2."""
+    start (the reason is printed). Bad flags exit with status 2. Imports mxhorovod (and so
+    MXNet) for --check-build only."""
     args = parse_args(argv)
     # horovodrun's --start-timeout: its checks (here: mpirun --version, and the remote
     # hosts when a timeout is given) must finish within it.
     deadline = Deadline(args.start_timeout or DEFAULT_START_TIMEOUT)
     _setup_logging(args.verbose)
     if args.version:
-        import mxhorovod
-        print(mxhorovod.__version__)
+        try:
+            print(package_version())
+        except (LookupError, OSError, SyntaxError, ValueError) as e:
+            log.error("error: cannot tell mxhorovod's version: %s", e)
+            return 1
         return 0
-    if args.check_build:
-        from mxhorovod.runner.check_build import check_build_text
+    if args.check_build:  # imports mxhorovod, and so MXNet: only here
+        from mxhorovodrun.check_build import check_build_text
         print(check_build_text(verbose=args.verbose))
         return 0
     capture_dir = tempfile.mkdtemp(prefix="mxhorovodrun-")  # removed unless captures_output

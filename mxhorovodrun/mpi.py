@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import sys
 
-from mxhorovod.runner.hosts import hosts_text
+from mxhorovodrun.hosts import hosts_text
 
 __all__ = ["HYDRA", "OPEN_MPI", "INTEL_MPI", "LaunchError", "MPI", "find_mpirun", "detect",
            "mpirun_command"]
