@@ -15,7 +15,8 @@ from mxhorovodrun.args import parse_args
 from mxhorovodrun.hosts import assign_ranks, parse_hostfile, parse_hosts
 from mxhorovodrun.mpi import (HYDRA, INTEL_MPI, LaunchError, detect, find_mpirun,
                               mpirun_command)
-from mxhorovodrun.output import capture_patterns, relay_command, run_captured
+from mxhorovodrun.output import (capture_patterns, relay_command, remove_when_gone,
+                                 run_captured)
 from mxhorovodrun.settings import UNUSED_FLAGS, horovod_env, omp_threads, usable_cores
 from mxhorovodrun.startup import DEFAULT_START_TIMEOUT, Deadline, check_hosts
 
@@ -153,6 +154,18 @@ def main(argv=None, execve=os.execve, popen=None):
         print(check_build_text(verbose=args.verbose))
         return 0
     capture_dir = tempfile.mkdtemp(prefix="mxhorovodrun-")  # removed unless captures_output
+    # Removes capture_dir once this process, or the relay it becomes, has gone: also after
+    # a SIGKILL, which left it in /tmp (the relay removes it itself at any other end).
+    cleanup = remove_when_gone(capture_dir)
+    try:
+        return _start(args, deadline, capture_dir, cleanup, execve, popen)
+    finally:
+        if cleanup is not None:
+            os.close(cleanup)  # not reached after an exec: the relay holds it to its end
+
+
+def _start(args, deadline, capture_dir, cleanup, execve, popen):
+    """main's part once ``capture_dir`` exists (``cleanup``: its remove_when_gone)."""
     try:
         mpi, cmd, env, notes = prepare(args, capture_dir=capture_dir, timeout=deadline.left())
         if args.start_timeout:
@@ -183,6 +196,8 @@ def main(argv=None, execve=os.execve, popen=None):
         cmd = relay_command(sys.executable, cmd, args.num_proc, capture_dir,
                             output_filename=args.output_filename,
                             timestamps=args.prefix_output_with_timestamp)
+        if cleanup is not None:
+            os.set_inheritable(cleanup, True)  # kept by the relay; its mpirun does not get it
     else:
         shutil.rmtree(capture_dir, ignore_errors=True)
     try:

@@ -36,7 +36,8 @@ import sys
 import threading
 import time
 
-__all__ = ["pad_rank", "rank_dir", "capture_patterns", "run_captured", "relay_command"]
+__all__ = ["pad_rank", "rank_dir", "capture_patterns", "remove_when_gone", "run_captured",
+           "relay_command"]
 
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 _STREAMS = ("stdout", "stderr")
@@ -55,6 +56,40 @@ def rank_dir(output_filename, rank, size):
 def capture_patterns(capture_dir):
     """(stdout pattern, stderr pattern) for hydra's -outfile-pattern / -errfile-pattern."""
     return tuple(os.path.join(capture_dir, "%s.%%r" % stream) for stream in _STREAMS)
+
+
+def remove_when_gone(directory):
+    """Starts a process that removes ``directory`` (the pipes' directory) when this process
+    has gone, however it ends: the relay removes it itself at the job's end, but nothing of
+    a process runs after a SIGKILL (the OOM killer, ``kill -9``), and the directory was left
+    in /tmp, one per killed job. The pipes cannot go sooner: hydra opens a rank's pipe
+    (-outfile-pattern, -errfile-pattern) at that rank's first output on the stream, any
+    time up to the job's end, and never when the rank writes nothing there.
+
+    The process (``/bin/sh``, about 1 MB; no child of this one, so nobody's zombie) waits
+    in a session of its own, so the terminal's signals (Ctrl-C, hang-up) do not end it
+    early, on the read end of a pipe whose only write end is the returned descriptor: it
+    removes the directory when the read ends, that is when every holder of the descriptor
+    has closed it or exited. The descriptor is not inheritable: the launcher makes it so
+    just before it execs the relay, which holds it to its end (its children do not get it:
+    subprocess closes their descriptors).
+
+    Returns the descriptor, or None when the process cannot be started (the directory is
+    then removed only by the relay's own end)."""
+    rfd, wfd = os.pipe()
+    try:
+        # The outer shell starts the waiting one in the background and exits; a background
+        # job's stdin is /dev/null, so the pipe is read as descriptor 3.
+        subprocess.run(["/bin/sh", "-c", 'exec 3<&0; { read -r _ <&3; rm -rf -- "$1"; } &',
+                        "mxhorovodrun-cleanup", directory],
+                       stdin=rfd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       cwd="/", start_new_session=True, check=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        os.close(wfd)
+        return None
+    finally:
+        os.close(rfd)
+    return wfd
 
 
 # An unfinished line (a prompt: input(), pdb's "(Pdb) "; a progress bar between two of its

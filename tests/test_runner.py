@@ -1053,26 +1053,74 @@ def test_end_to_end_launcher_killed_ends_the_job(tmp_path):
     # SIGKILL (or the OOM killer) of the launcher: with mpirun exec'ed that was mpirun's
     # death and hydra ended the ranks; with mpirun as the launcher's orphan the job ran on
     # to its end, its output going nowhere. mpirun now gets SIGTERM when the launcher dies.
+    # The pipes' directory (/tmp/mxhorovodrun-*) was left behind, one per killed job; it
+    # is removed now (output.remove_when_gone).
+    import shutil
     import time
     proc, pids = _start_sleepers(tmp_path)
     with open("/proc/%d/task/%d/children" % (proc.pid, proc.pid)) as f:
         pids += [int(p) for p in f.read().split()]  # mpirun
     assert len(pids) == 3
-    with open("/proc/%d/cmdline" % pids[2], "rb") as f:  # the pipes' directory, left behind
+    with open("/proc/%d/cmdline" % pids[2], "rb") as f:
         argv = f.read().decode().split("\0")
     pipes = os.path.dirname(argv[argv.index("-outfile-pattern") + 1])
+    assert os.path.isdir(pipes)
     proc.kill()
     proc.wait()  # not communicate(): mpirun holds the output pipe until it ends
     proc.stdout.close()
     deadline = time.monotonic() + 30
-    while not all(_gone(p) for p in pids) and time.monotonic() < deadline:
+    while not (all(_gone(p) for p in pids) and not os.path.exists(pipes)) \
+            and time.monotonic() < deadline:
         time.sleep(0.2)
     left = [p for p in pids if not _gone(p)]
     for p in left:
         os.kill(p, signal.SIGKILL)
-    import shutil
-    shutil.rmtree(pipes)
+    pipes_left = os.path.exists(pipes)
+    shutil.rmtree(pipes, ignore_errors=True)
     assert not left, "still running after the launcher was killed: %s" % left
+    assert not pipes_left, "the launcher's pipes were left behind: %s" % pipes
+
+
+def test_pipes_directory_removed_when_its_holders_are_gone(tmp_path):
+    # The process of remove_when_gone waits, in a session of its own (the terminal's
+    # Ctrl-C does not end it), for every holder of the descriptor to go.
+    import time
+    from mxhorovodrun.output import remove_when_gone
+    pipes = tmp_path / "mxhorovodrun-x"
+    pipes.mkdir()
+    os.mkfifo(str(pipes / "stdout.0"))
+    fd = remove_when_gone(str(pipes))
+    assert fd is not None and not os.get_inheritable(fd)
+    # A second holder (what the relay is, after the exec): its exit, not ours, ends it.
+    os.set_inheritable(fd, True)
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                              stdin=subprocess.PIPE, close_fds=False)
+    os.close(fd)
+    try:
+        waiter = [p for p in os.listdir("/proc") if p.isdigit() and _cmdline(p)[3:] ==
+                  ["mxhorovodrun-cleanup", str(pipes)]]
+        assert len(waiter) == 1, waiter
+        assert os.getsid(int(waiter[0])) != os.getsid(0)
+        time.sleep(0.5)  # a chance to go wrong; the directory must stay meanwhile
+        assert pipes.is_dir()
+    finally:
+        holder.stdin.close()
+        holder.wait(60)
+    deadline = time.monotonic() + 30
+    while pipes.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not pipes.exists()
+    while not _gone(int(waiter[0])) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _gone(int(waiter[0]))
+
+
+def _cmdline(pid):
+    try:
+        with open("/proc/%s/cmdline" % pid, "rb") as f:
+            return f.read().decode(errors="replace").split("\0")[:-1]
+    except OSError:
+        return []
 
 
 def test_relay_shows_prompts_and_progress_bars_and_bounds_a_line():
