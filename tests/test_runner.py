@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 
 import pytest
@@ -462,6 +463,29 @@ def test_old_names_are_the_launcher(tmp_path):
                           timeout=120)
     assert proc.returncode == 5 and re.search(r"^ARGV .*-np 2 .*python t\.py$", proc.stdout, re.M), \
         proc.stdout
+
+
+def test_old_install_finds_the_launcher_beside_the_package():
+    # An editable install made before mxhorovodrun existed knows the package mxhorovod only
+    # (its console script imports mxhorovod.runner.launch): after a git pull the launcher
+    # is loaded from the directory beside mxhorovod, not refused.
+    code = textwrap.dedent("""
+        import sys
+        class NoLauncher:  # the import finders of such an install
+            def find_spec(self, name, path=None, target=None):
+                if name == "mxhorovodrun":
+                    raise ModuleNotFoundError("No module named 'mxhorovodrun'", name=name)
+        sys.meta_path.insert(0, NoLauncher())
+        from mxhorovod.runner.launch import run_commandline
+        import mxhorovodrun.launch
+        assert run_commandline is mxhorovodrun.launch.run_commandline
+        print(sys.modules["mxhorovodrun"].__file__)
+    """)
+    full = dict(os.environ, PYTHONPATH=REPO)
+    proc = subprocess.run([sys.executable, "-c", code], env=full, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout
+    assert proc.stdout.strip().splitlines()[-1] == os.path.join(REPO, "mxhorovodrun", "__init__.py")
 
 
 # --- the real launcher, as a user runs it -------------------------------------------------
