@@ -3,8 +3,8 @@
     mpirun -np 4 python /path/to/mxhorovod/rank_guard.py python train.py --epochs 3
 
 (the path: ``python -c "import os, mxhorovod; print(os.path.dirname(mxhorovod.__file__))"``;
-run it by path, not with ``-m``, so the guard does not import MXNet). A launcher can put it
-in front of every rank.
+run it by path, not with ``-m``, so the guard does not import MXNet). ``mxhorovodrun`` puts
+it in front of every rank (as ``python -I -S /path/to/mxhorovod/rank_guard.py ...``).
 
 Why: MPICH's mpirun ends the job when a rank dies, but its banner names a pid, and when it
 has already killed the other ranks it may name one of those instead (seen here for SIGKILL
@@ -22,25 +22,35 @@ descriptors, so MPI starts as usual) and waits for it:
   "succeeded" when that code was 0: the guard prints ``[1]<error> ... rank 1 (pid 4242 on
   host) exited with code 0 while MPI was running in it, without finalizing it ...`` and
   exits with code 1 instead of 0 (the rank writes its state over byte 0 of an unlinked
-  file, named to it as descriptor:device:inode in MXHOROVOD_GUARD_FD, so a rank that
+  file, a memfd, named to it as descriptor:device:inode in MXHOROVOD_GUARD_FD, so a rank that
   starts and stops many times fills nothing: ``I`` when ``hvd.init()`` has started, ``E``
   after its exit handler finalized MPI, ``A`` before an unhandled exception's MPI_Abort,
   which reports itself);
+- the command cannot be run (not found, not executable): the guard says so and exits with
+  status 255, as mpirun does when it cannot run the command itself;
 - the guard itself is killed (mpirun's cleanup after another rank died): the kernel kills
-  the rank with it (PR_SET_PDEATHSIG), and nothing is printed for it.
+  the rank with it (PR_SET_PDEATHSIG), and nothing is printed for it; processes that the
+  rank forked end as they do when their parent dies (a multiprocessing pool's workers do).
 
-SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to the guard go to the rank. The
-rank number is the launcher's (PMI_RANK, OMPI_COMM_WORLD_RANK, PMIX_RANK or SLURM_PROCID).
-The line follows HOROVOD_LOG_LEVEL (``fatal`` silences it) and HOROVOD_LOG_HIDE_TIME.
-Standard library only; Linux.
+SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to the guard go to the rank's
+process group, once: the rank runs in a process group of its own (it and what it forks), so
+that a launcher that signals the guard's process group (MPICH's hydra does, for a Ctrl-C or
+SIGTERM of mpirun) reaches the rank through the guard alone (in the guard's group the
+rank got such a signal twice, from the launcher and forwarded, and a second SIGINT
+interrupted its KeyboardInterrupt handling). A signal that comes while the rank starts is
+forwarded once it runs; one the guard was started ignoring stays ignored, for the rank too.
+
+The rank number is the launcher's (PMI_RANK, OMPI_COMM_WORLD_RANK, PMIX_RANK or
+SLURM_PROCID). The lines above, but the one of a command that cannot be run, follow
+HOROVOD_LOG_LEVEL (``fatal`` silences them) and HOROVOD_LOG_HIDE_TIME. Standard library
+only; Linux. ``mxhorovodrun`` puts the guard in front of every rank unless given
+``--no-rank-guard`` (or ``MXHOROVOD_RANK_GUARD=0``).
 """
 import ctypes
 import os
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 
 _RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
@@ -66,8 +76,27 @@ def _line(message):
     return "[%s]<error> %smxhorovod: %s\n" % (_rank(), stamp, message)
 
 
-def _die_with_parent(parent):
-    """In the child, before exec: die (SIGKILL) when the guard dies."""
+def _host():
+    return os.uname().nodename  # socket.gethostname(), without importing socket
+
+
+def _notes_file():
+    """A descriptor of an unlinked file for the rank's notes (see the module), inheritable:
+    a memfd (no file system; and no import of tempfile: the guard's start is every rank's),
+    else a temporary file."""
+    try:
+        fd = os.memfd_create("mxhorovod-rank-guard")
+    except (AttributeError, OSError):  # not Linux 3.17+, or refused (seccomp)
+        import tempfile
+        fd = os.dup(tempfile.TemporaryFile().fileno())
+    os.set_inheritable(fd, True)
+    return fd
+
+
+def _child_setup(parent):
+    """In the child, before exec: a process group of its own (see the module), and die
+    (SIGKILL) when the guard dies."""
+    os.setpgid(0, 0)
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent:  # the guard died before prctl took effect
@@ -87,22 +116,47 @@ def main(argv):
         sys.stderr.write(__doc__)
         return 0 if argv else 2
     guard = os.getpid()
-    notes_file = tempfile.TemporaryFile()  # the rank's state, in byte 0: see the docstring
-    notes = notes_file.fileno()
-    os.set_inheritable(notes, True)
+    notes = _notes_file()  # the rank's state, in byte 0: see the docstring
     st = os.fstat(notes)  # the rank checks it writes this file, not one the script opened
     env = dict(os.environ, MXHOROVOD_GUARD_FD="%d:%d:%d" % (notes, st.st_dev, st.st_ino))
-    # close_fds=False: the rank needs the launcher's descriptors (PMI_FD and the like).
-    child = subprocess.Popen(argv, close_fds=False, env=env,
-                             preexec_fn=lambda: _die_with_parent(guard))
+    # Handlers first: a signal that comes while the rank starts is held, then forwarded
+    # (it ended the guard, and the rank with it by PR_SET_PDEATHSIG).
+    rank = {"group": None, "held": [], "ended": False}
+
+    def forward(sig, _frame):
+        if rank["ended"]:
+            return
+        if rank["group"] is None:
+            rank["held"].append(sig)
+            return
+        try:
+            os.killpg(rank["group"], sig)  # the rank's group: the rank, and what it forked
+        except OSError:  # the group is gone: the rank has ended, its exit comes next
+            pass
     for sig in _FORWARDED:
-        signal.signal(sig, lambda s, _frame: child.send_signal(s))
+        if signal.getsignal(sig) != signal.SIG_IGN:  # nohup's SIGHUP: the rank's too, as asked
+            signal.signal(sig, forward)
+    # close_fds=False: the rank needs the launcher's descriptors (PMI_FD and the like).
+    try:
+        child = subprocess.Popen(argv, close_fds=False, env=env,
+                                 preexec_fn=lambda: _child_setup(guard))
+    except OSError as e:
+        # Said even under HOROVOD_LOG_LEVEL=fatal, as mpirun says it without the guard.
+        message = "rank %s (on %s) cannot run %s: %s" % (_rank(), _host(), argv[0],
+                                                          e.strerror or e)
+        sys.stderr.write(_line(message) or "mxhorovod: %s\n" % message)
+        return 255  # mpirun's exit status when it cannot run the command itself
+    # Popen returns after the exec, so the rank's group exists now.
+    rank["group"] = child.pid
+    for sig in rank["held"]:
+        forward(sig, None)
     while True:
         try:
             code = child.wait()
             break
         except InterruptedError:  # a forwarded signal interrupted the wait
             continue
+    rank["ended"] = True  # reaped: its pid, and so its group's id, may be reused
     if code >= 0:
         state = _last_note(notes)
         if state != b"I":
@@ -111,7 +165,7 @@ def main(argv):
                      "without finalizing it (os._exit(), or an end that skipped Python's exit "
                      "handlers, after hvd.init()): mpirun kills the other ranks (SIGKILL, "
                      "nothing printed by them)%s" % (
-                         _rank(), child.pid, socket.gethostname(), code,
+                         _rank(), child.pid, _host(), code,
                          "; this guard exits with code 1, not 0" if code == 0 else ""))
         if text:
             sys.stderr.write(text)
@@ -123,7 +177,7 @@ def main(argv):
     except ValueError:
         name = "signal %d" % sig
     text = _line("rank %s (pid %d on %s) was killed by %s (signal %d); mpirun ends the job"
-                 % (_rank(), child.pid, socket.gethostname(), name, sig))
+                 % (_rank(), child.pid, _host(), name, sig))
     if text:
         sys.stderr.write(text)
         sys.stderr.flush()

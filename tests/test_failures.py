@@ -4,6 +4,8 @@ rank that dies (exception, SIGTERM, SIGKILL) mid-training ends the whole job at 
 non-zero exit code, and the output names it (SIGKILL: the launcher names its pid)."""
 import os
 import re
+import signal
+import subprocess
 import sys
 
 import pytest
@@ -143,6 +145,62 @@ def test_rank_guard_names_a_rank_that_ended_without_finalizing_mpi():
     assert proc.returncode != 0, proc.stdout
     assert "failed with an unhandled RuntimeError" in proc.stdout, proc.stdout
     assert "without finalizing it" not in proc.stdout, proc.stdout
+
+
+# The rank (and a process it forked) records the sender of each SIGINT it gets.
+_SIGINT_SENDERS = """
+import os, signal, sys
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+who = "rank" if os.fork() else "forked"
+os.write(1, b"READY %s %d %d\\n" % (who.encode(), os.getpid(), os.getpgid(0)))
+seen = []
+while True:
+    info = signal.sigtimedwait({signal.SIGINT}, 3)
+    if info is None:
+        break
+    seen.append(info.si_pid)
+os.write(1, b"SEEN %s %s\\n" % (who.encode(), str(seen).encode()))
+if who == "rank":
+    os.wait()
+"""
+
+
+@pytest.mark.parametrize("to_group", [True, False])
+def test_rank_guard_forwards_a_signal_to_the_rank_once(to_group):
+    # Hydra signals the guard's process group (a Ctrl-C or SIGTERM of mpirun): the rank, in
+    # that group, got the signal from hydra and again from the guard, and a second SIGINT
+    # cut its KeyboardInterrupt handling short. The rank now has a group of its own; the
+    # guard forwards to that group: once, from the guard, to the rank and what it forked.
+    proc = subprocess.Popen([sys.executable, GUARD, sys.executable, "-c", _SIGINT_SENDERS],
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        ready = [proc.stdout.readline().split() for _ in range(2)]
+        assert all(r[0] == "READY" for r in ready), ready
+        assert {int(r[3]) for r in ready} == {int(r[2]) for r in ready if r[1] == "rank"}
+        assert proc.pid not in {int(r[3]) for r in ready}  # not the guard's group
+        if to_group:
+            os.killpg(proc.pid, signal.SIGINT)  # the guard leads its session, as under hydra
+        else:
+            os.kill(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 0, out
+    for who in ("rank", "forked"):
+        assert "SEEN %s [%d]" % (who, proc.pid) in out, out
+
+
+def test_rank_guard_names_a_command_it_cannot_run(tmp_path):
+    # Was a traceback from the guard; mpirun says 255 when it cannot run a command itself.
+    missing = str(tmp_path / "no-such-program")
+    proc = subprocess.run([sys.executable, GUARD, missing, "x"], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=60,
+                          env=dict(os.environ, PMI_RANK="3"))
+    assert proc.returncode == 255, proc.stdout
+    assert re.fullmatch(r"\[3\]<error> %s mxhorovod: rank 3 \(on \S+\) cannot run %s: No such "
+                        r"file or directory\n" % (TIME, re.escape(missing)), proc.stdout), proc.stdout
 
 
 def test_rank_guard_is_transparent_for_a_normal_job():
