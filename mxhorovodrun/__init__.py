@@ -15,7 +15,8 @@ Modules: args (flags), hosts (-H / --hostfile), settings (HOROVOD_* and OMP_NUM_
 mpi (finding mpirun, telling MPICH/hydra, Open MPI and Intel MPI apart, their command
 lines), startup (--start-timeout's checks), output (under hydra, each rank's output
 relayed line by line by a Python of its own; --output-filename and
---prefix-output-with-timestamp), check_build (--check-build), launch (main).
+--prefix-output-with-timestamp), guard (each rank under mxhorovod/rank_guard.py, or
+--no-rank-guard), check_build (--check-build), launch (main).
 """
 from mxhorovodrun.launch import main, run_commandline
 

@@ -4,6 +4,7 @@ import argparse
 import os
 import shlex
 
+from mxhorovodrun.guard import rank_guard_setting
 from mxhorovodrun.settings import LOG_LEVELS
 
 __all__ = ["build_parser", "parse_args"]
@@ -13,9 +14,11 @@ environment:
   MXHOROVOD_MPIRUN       the mpirun to use (default: the one next to this Python, then PATH)
   MXHOROVOD_SSH_COMMAND  default of --ssh-command
   HOROVOD_START_TIMEOUT  default of --start-timeout
+  MXHOROVOD_RANK_GUARD   0: the default of --no-rank-guard (default 1: the guard)
 
 mxhorovodrun runs mpirun with -np N and the HOROVOD_* variables of the flags, and
 OMP_NUM_THREADS = cores / ranks per host when it is not set; its exit status is mpirun's.
+Each rank runs under mxhorovod/rank_guard.py (see --no-rank-guard).
 With --output-filename or --prefix-output-with-timestamp (MPICH/hydra, Intel MPI) it stays
 the parent of mpirun and reads each rank's output through its own pipe.
 """
@@ -85,6 +88,17 @@ def build_parser():
                         "(DIR/1/rank.N/stdout).")
     p.add_argument("--verbose", action="store_true",
                    help="Prints the MPI found and the mpirun command line.")
+    guard = p.add_mutually_exclusive_group()
+    guard.add_argument("--no-rank-guard", dest="rank_guard", action="store_const", const=False,
+                       help="Run the command as given, not under mxhorovod/rank_guard.py. By "
+                            "default each rank's command runs as PYTHON -I -S "
+                            "/path/to/mxhorovod/rank_guard.py COMMAND (this Python; the same "
+                            "paths on every host): a rank that ends after hvd.init() without "
+                            "finalizing MPI (os._exit) is named and the job fails, where it "
+                            "exited 0 (mpirun kills the other ranks silently); a rank killed by a "
+                            "signal is named. Alternatively MXHOROVOD_RANK_GUARD=0.")
+    guard.add_argument("--rank-guard", dest="rank_guard", action="store_const", const=True,
+                       help=argparse.SUPPRESS)
     p.add_argument("--mpi", action="store_true", dest="use_mpi",
                    help="Use MPI (the only controller of mxhorovod; the default).")
     p.add_argument("--gloo", action="store_true", dest="use_gloo",
@@ -239,6 +253,11 @@ def parse_args(argv=None, environ=None):
         args.command = args.command[1:]
     if args.version or args.check_build:
         return args
+    if args.rank_guard is None:
+        try:
+            args.rank_guard = rank_guard_setting(environ)
+        except ValueError as e:
+            parser.error(str(e))
     if args.use_gloo:
         parser.error("--gloo: mxhorovod has no Gloo controller; it runs on MPI (drop --gloo)")
     if args.num_proc is None:

@@ -12,6 +12,7 @@ import sys
 import tempfile
 
 from mxhorovodrun.args import parse_args
+from mxhorovodrun.guard import guarded_command
 from mxhorovodrun.hosts import assign_ranks, parse_hostfile, parse_hosts
 from mxhorovodrun.mpi import (HYDRA, INTEL_MPI, LaunchError, detect, find_mpirun,
                               mpirun_command)
@@ -47,13 +48,16 @@ def prepare(args, environ=None, python=None, cores=None, capture_dir=None, timeo
     ``env`` is ``environ`` (default os.environ) plus the HOROVOD_* variables of the flags,
     the -x variables, OMP_NUM_THREADS = ``cores`` (default: this process's usable cores) //
     the most ranks any host runs, when not already set, and what the MPI needs (hydra's
-    ssh arguments). ``notes`` are warnings for the user. When :func:`captures_output`,
-    argv sends the ranks' output to the pipes of ``capture_dir`` (default: a new temporary
-    directory, the caller's to remove). ``timeout``: seconds for ``mpirun --version``
-    (default 60).
+    ssh arguments). Each rank's command runs behind mxhorovod/rank_guard.py, by ``python``
+    (default sys.executable), unless ``args.rank_guard`` is False (see
+    :mod:`mxhorovodrun.guard`). ``notes`` are warnings for the user. When
+    :func:`captures_output`, argv sends the ranks' output to the pipes of ``capture_dir``
+    (default: a new temporary directory, the caller's to remove). ``timeout``: seconds for
+    ``mpirun --version`` (default 60).
 
     Raises:
-        LaunchError: no usable mpirun (see :func:`mxhorovodrun.mpi.find_mpirun`).
+        LaunchError: no usable mpirun (see :func:`mxhorovodrun.mpi.find_mpirun`), or no
+            rank guard to put in front of the ranks.
         ValueError: bad hosts or host file, or more processes than slots.
     """
     env = dict(os.environ if environ is None else environ)
@@ -76,8 +80,14 @@ def prepare(args, environ=None, python=None, cores=None, capture_dir=None, timeo
     capture = None
     if captures_output(mpi):
         capture = capture_patterns(capture_dir or tempfile.mkdtemp(prefix="mxhorovodrun-"))
+    command = list(args.command)
+    if getattr(args, "rank_guard", None) is not False:
+        try:
+            command = guarded_command(command, python or sys.executable)
+        except FileNotFoundError as e:
+            raise LaunchError(str(e)) from None
     argv, extra_env, more = mpirun_command(
-        mpi, args.num_proc, args.command, hosts=hosts, ssh_port=args.ssh_port,
+        mpi, args.num_proc, command, hosts=hosts, ssh_port=args.ssh_port,
         ssh_identity_file=args.ssh_identity_file, ssh_command=args.ssh_command,
         nics=args.nics, env=env, extra_args=extra,
         binding_args=shlex.split(args.binding_args) if args.binding_args else None,

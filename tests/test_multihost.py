@@ -14,6 +14,7 @@ namespaces. Skipped with the reason where namespaces (or UTS namespaces) are not
 """
 import json
 import os
+import re
 import sys
 
 import pytest
@@ -166,7 +167,8 @@ def test_mxhorovodrun_hostfile_from_this_machine(hosts, tmp_path):
 def test_mxhorovodrun_flags_reach_both_hosts(hosts):
     # HOROVOD_* from a flag and a -x variable on every rank of both hosts, with the host
     # names and topology checked there; the ssh stand-in from MXHOROVOD_SSH_COMMAND.
-    want = {"size": 4, "init_error": None, "hosts": ["h1", "h1", "h2", "h2"],
+    # Every rank under the rank guard, from the same paths on both hosts.
+    want = {"size": 4, "init_error": None, "hosts": ["h1", "h1", "h2", "h2"], "guard": True,
             "env": {"HOROVOD_FUSION_THRESHOLD": str(4 << 20), "HOROVOD_CACHE_CAPACITY": "16",
                     "FOO": "bar baz", "UCX_TLS": "tcp,self"}}
     cmd = mxhorovodrun() + ["-np", "4", "-H", "h1:2,h2:2", "--network-interfaces", "eth0",
@@ -178,6 +180,7 @@ def test_mxhorovodrun_flags_reach_both_hosts(hosts):
 
 def test_mxhorovodrun_killed_rank_exits_non_zero(hosts):
     # Rank 3 (on h2) dies by SIGKILL; the launcher must end every rank and exit non-zero.
+    # Its rank guard, on h2, names it.
     cmd = mxhorovodrun() + ["-np", "4", "-H", "h1:2,h2:2", "--ssh-command", hosts.standin,
                             "--network-interfaces", "eth0"] + worker("multihost_kill.py") + ["3"]
     proc = hosts.run_cmd(hosts.on_host_cmd("h1", cmd), timeout=150,
@@ -186,6 +189,8 @@ def test_mxhorovodrun_killed_rank_exits_non_zero(hosts):
     assert "RANK 3 KILLS ITSELF" in out, out[-3000:]
     assert proc.returncode != 0, out[-3000:]
     assert "SURVIVED" not in out, out[-3000:]
+    assert re.search(r"^\[3\] \[3\]<error> .* mxhorovod: rank 3 \(pid \d+ on h2\) was killed by "
+                     r"SIGKILL \(signal 9\)", out, re.M), out[-3000:]
     assert not proc.leftover_pids, "processes left after the launcher exited: %s" % proc.leftover_pids
 
 

@@ -18,6 +18,7 @@ import pytest
 from mpirun import HERE, WORKERS
 from mxhorovodrun import hosts as hostlib
 from mxhorovodrun.args import build_parser, parse_args
+from mxhorovodrun.guard import guard_path
 from mxhorovodrun.launch import main, prepare
 from mxhorovodrun.mpi import (HYDRA, INTEL_MPI, OPEN_MPI, LaunchError, classify, detect,
                                   find_mpirun)
@@ -25,6 +26,10 @@ from mxhorovodrun.output import pad_rank
 from mxhorovodrun.startup import Deadline, check_hosts, remote_hosts
 
 REPO = os.path.dirname(HERE)
+# What mxhorovodrun puts in front of every rank's command (the rank guard, by default).
+GUARD_PATH = os.path.join(REPO, "mxhorovod", "rank_guard.py")
+GUARDED = [sys.executable, "-I", "-S", GUARD_PATH]
+LOG_TIME = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}"  # the time in mxhorovod's log lines
 
 VERSIONS = {
     # The mpich 5 wheel's hydra: no "MPICH" anywhere (horovodrun 0.28.1 rejects it).
@@ -152,7 +157,7 @@ def test_hydra_command_line(tmp_path):
                                              "--mpi-args=-genv FOO 1", "python", "train.py", "--lr", "0.1"])
     assert cmd[1:] == ["-np", "4", "-hosts", "h1:2,h2:2", "-bind-to", "none", "-map-by", "slot",
                        "-outfile-pattern", "/cap/stdout.%r", "-errfile-pattern", "/cap/stderr.%r", "-genvall", "-launcher", "ssh", "-launcher-exec", "/bin/standin", "-iface", "br0",
-                       "-genv", "FOO", "1", "python", "train.py", "--lr", "0.1"]
+                       "-genv", "FOO", "1"] + GUARDED + ["python", "train.py", "--lr", "0.1"]
     # hydra passes the whole environment (-genvall): no -genv per variable; ssh's options
     # by variable.
     assert env["HYDRA_LAUNCHER_EXTRA_ARGS"] == "-p 2222 -i /k/id"
@@ -162,7 +167,7 @@ def test_hydra_command_line(tmp_path):
 def test_hydra_local_and_hostfile(tmp_path):
     cmd, env, _ = plan(tmp_path, HYDRA, ["-np", "2", "python", "t.py"])
     assert cmd[1:] == ["-np", "2", "-bind-to", "none", "-map-by", "slot", "-outfile-pattern", "/cap/stdout.%r", "-errfile-pattern", "/cap/stderr.%r",
-                       "-genvall", "python", "t.py"]
+                       "-genvall"] + GUARDED + ["python", "t.py"]
     assert "HYDRA_LAUNCHER_EXTRA_ARGS" not in env
     hostfile = tmp_path / "hosts"
     hostfile.write_text("# cluster\nnode1 slots=2\n\nnode2:3\nnode3\n")
@@ -213,8 +218,8 @@ def test_intel_mpi_command_line(tmp_path):
                                              "--ssh-command", "/bin/standin", "python", "t.py"])
     assert cmd[1:] == ["-np", "4", "-hosts", "h1,h2", "-ppn", "2", "-outfile-pattern", "/cap/stdout.%r", "-errfile-pattern", "/cap/stderr.%r",
                        "-genvall", "-bootstrap", "ssh",
-                       "-bootstrap-exec", "/bin/standin", "-bootstrap-exec-args", "-p 2222",
-                       "python", "t.py"]
+                       "-bootstrap-exec", "/bin/standin", "-bootstrap-exec-args", "-p 2222"] + \
+        GUARDED + ["python", "t.py"]
     with pytest.raises(LaunchError, match="one number of processes per host.*h1:2,h2:1"):
         plan(tmp_path, INTEL_MPI, ["-np", "3", "-H", "h1:2,h2:1", "python", "t.py"])
 
@@ -225,7 +230,7 @@ def test_environment_choice_in_mpi_args_replaces_genvall(tmp_path, flavour):
     for choice in ("-genvnone", "-genvlist PATH,FOO", "-genvall"):
         cmd, _, _ = plan(tmp_path, flavour, ["-np", "2", "--mpi-args=%s" % choice, "python", "t.py"])
         assert cmd.count("-genvall") == (choice == "-genvall"), (choice, cmd)
-        assert cmd[-2 - len(choice.split()):-2] == choice.split()
+        assert cmd[-6 - len(choice.split()):-6] == choice.split()
 
 
 def test_ssh_command_from_environment(tmp_path, monkeypatch):
@@ -556,10 +561,11 @@ def test_end_to_end_through_an_ssh_stand_in(tmp_path):
                        'while [[ "$1" == -* ]]; do [[ "$1" == -p || "$1" == -i ]] && shift; shift; done\n'
                        'shift\nexec env -i HOME="$HOME" PATH=/usr/bin:/bin bash -c "$*"\n' % log)
     standin.chmod(0o755)
-    want = {"size": 3, "init_error": None, "env": {"HOROVOD_CACHE_CAPACITY": "8", "FOO": "bar",
-                                                    "HYDRA_ENV": "none"}}
+    want = {"size": 3, "init_error": None, "guard": True,
+            "env": {"HOROVOD_CACHE_CAPACITY": "8", "FOO": "bar", "HYDRA_ENV": "none"}}
     _run_env_worker(["-H", "fakehost1:1,fakehost2:2", "-p", "2222", "--ssh-command", str(standin),
-                     "--cache-capacity", "8"], want, np_=3, env={"FOO": "bar", "HYDRA_ENV": "none"})
+                     "--cache-capacity", "8"], want, np_=3,
+                    env={"FOO": "bar", "HYDRA_ENV": "none", "MXHOROVOD_RANK_GUARD": ""})
     calls = log.read_text().splitlines()
     hosts = sorted(re.match(r"^(?:-x )?-p 2222 (fakehost\d) ", c).group(1) for c in calls)
     assert hosts == ["fakehost1", "fakehost2"], calls
@@ -586,12 +592,110 @@ def test_end_to_end_unbuffered_lines_stay_whole():
 
 def test_end_to_end_killed_rank_ends_the_job():
     # Rank 1 dies by SIGKILL after 3 allreduces; mpirun (mxhorovodrun's child) ends the
-    # other rank and exits non-zero, long before the survivor's 60 s would run out.
+    # other rank and exits non-zero, long before the survivor's 60 s would run out. Its
+    # rank guard names it (MPICH's banner names a pid, not always the killed rank's).
     proc = launcher(["-np", "2", sys.executable, os.path.join(WORKERS, "multihost_kill.py"), "1"],
                     timeout=120)
     assert "RANK 1 KILLS ITSELF" in proc.stdout, proc.stdout[-3000:]
     assert proc.returncode != 0, proc.stdout[-3000:]
     assert "SURVIVED" not in proc.stdout, proc.stdout[-3000:]
+    assert re.search(r"^\[1\] \[1\]<error> %s mxhorovod: rank 1 \(pid \d+ on \S+\) was killed by "
+                     r"SIGKILL \(signal 9\); mpirun ends the job$" % LOG_TIME, proc.stdout, re.M), \
+        proc.stdout[-3000:]
+
+
+# --- the rank guard (mxhorovod/rank_guard.py in front of every rank, by default) ----------
+
+
+def test_rank_guard_in_front_of_every_rank(tmp_path):
+    # The guard of the mxhorovod this Python imports (this checkout's, pytest's rootdir).
+    assert guard_path() == GUARD_PATH and os.path.isfile(GUARD_PATH)
+    for flavour in (HYDRA, OPEN_MPI, INTEL_MPI):
+        # Any command, python or not; after --mpi-args' words, before the command's.
+        cmd, _, _ = plan(tmp_path, flavour, ["-np", "2", "--mpi-args=-v", "bash", "run.sh", "-x"])
+        assert cmd[-8:] == ["-v"] + GUARDED + ["bash", "run.sh", "-x"], (flavour, cmd)
+        # Turned off: the command as given, as before.
+        cmd, _, _ = plan(tmp_path, flavour, ["-np", "2", "--no-rank-guard", "python", "t.py"])
+        assert GUARD_PATH not in cmd and "-I" not in cmd and cmd[-2:] == ["python", "t.py"], cmd
+    for value, on in (("0", False), ("false", False), (" No ", False), ("OFF", False),
+                      ("1", True), ("", True), ("yes", True), ("on", True)):
+        cmd, _, _ = plan(tmp_path, HYDRA, ["-np", "2", "python", "t.py"],
+                         environ={"MXHOROVOD_RANK_GUARD": value})
+        assert (GUARD_PATH in cmd) == on, (value, cmd)
+    # The flag wins over the variable.
+    cmd, _, _ = plan(tmp_path, HYDRA, ["-np", "2", "--rank-guard", "python", "t.py"],
+                     environ={"MXHOROVOD_RANK_GUARD": "0"})
+    assert cmd[-6:] == GUARDED + ["python", "t.py"]
+    cmd, _, _ = plan(tmp_path, HYDRA, ["-np", "2", "--no-rank-guard", "python", "t.py"],
+                     environ={"MXHOROVOD_RANK_GUARD": "1"})
+    assert GUARD_PATH not in cmd
+    help_text = build_parser().format_help()
+    assert "--no-rank-guard" in help_text and "MXHOROVOD_RANK_GUARD" in help_text
+    assert "--rank-guard " not in help_text.replace("--no-rank-guard", "")
+
+
+def test_missing_rank_guard_is_named_and_nothing_starts(tmp_path, monkeypatch, capsys):
+    import mxhorovodrun.guard as guard
+    # Nowhere to be found: the places are named, and the way to run without it.
+    with monkeypatch.context() as m:
+        m.setattr(guard.os.path, "isfile", lambda _path: False)
+        with pytest.raises(FileNotFoundError, match=r"the rank guard \(mxhorovod/rank_guard\.py\) "
+                           r"is not in .*mxhorovod: reinstall mxhorovod, or run the ranks "
+                           r"without it \(--no-rank-guard, or MXHOROVOD_RANK_GUARD=0\)"):
+            guard.guard_path()
+
+    def missing():
+        raise FileNotFoundError("the rank guard (mxhorovod/rank_guard.py) is not in /x")
+    monkeypatch.setattr(guard, "guard_path", missing)
+    monkeypatch.setenv("MXHOROVOD_MPIRUN", fake_mpirun(tmp_path, VERSIONS[HYDRA]))
+    monkeypatch.delenv("MXHOROVOD_RANK_GUARD", raising=False)
+    started = []
+    assert main(["-np", "2", "python", "t.py"], **starts(started)) == 1 and started == []
+    assert "mxhorovodrun: error: the rank guard (mxhorovod/rank_guard.py) is not in /x" in \
+        capsys.readouterr().err
+    assert main(["-np", "2", "--no-rank-guard", "python", "t.py"], **starts(started)) == 0
+    assert started[0][1][-2:] == ["python", "t.py"]
+
+
+def test_end_to_end_rank_ending_without_finalizing_mpi_fails_the_job(tmp_path):
+    # hvd.init(), then os._exit(0) on rank 1 while rank 0 waits in an allreduce: mpirun
+    # killed rank 0 by SIGKILL, nothing was printed, and mxhorovodrun exited 0. Under the
+    # guard (the default) rank 1 is named, on the console and in its file, and the job fails.
+    out = tmp_path / "logs"
+    worker = os.path.join(WORKERS, "exit_without_finalize.py")
+    proc = launcher(["-np", "2", "--output-filename", str(out), sys.executable, worker,
+                     "os_exit"], env={"MXHOROVOD_RANK_GUARD": ""}, timeout=120)
+    line = (r"\[1\]<error> %s mxhorovod: rank 1 \(pid \d+ on \S+\) exited with code 0 while MPI "
+            r"was running in it, without finalizing it \(os\._exit\(\), .*; this guard exits "
+            r"with code 1, not 0" % LOG_TIME)
+    assert proc.returncode != 0, proc.stdout[-3000:]
+    assert re.search(r"^\[1\] %s$" % line, proc.stdout, re.M), proc.stdout[-3000:]
+    assert re.fullmatch(line + "\n", (out / "rank.1" / "stderr").read_text()), \
+        (out / "rank.1" / "stderr").read_text()
+    assert "RANK 0 OK" not in proc.stdout and "without finalizing" not in \
+        (out / "rank.0" / "stderr").read_text(), proc.stdout[-3000:]
+
+
+@pytest.mark.parametrize("opt_out", [["--no-rank-guard"], ["MXHOROVOD_RANK_GUARD=0"]])
+def test_end_to_end_rank_guard_turned_off_runs_as_before(opt_out):
+    # The same job without the guard: mpirun's own outcome, exit status 0 and no word.
+    flags = [a for a in opt_out if a.startswith("--")]
+    env = dict(a.split("=", 1) for a in opt_out if "=" in a)
+    proc = launcher(["-np", "2"] + flags + [sys.executable,
+                                            os.path.join(WORKERS, "exit_without_finalize.py"),
+                                            "os_exit"], env=env, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "without finalizing" not in proc.stdout and "RANK 0 OK" not in proc.stdout, \
+        proc.stdout[-3000:]
+
+
+@pytest.mark.parametrize("guard", [True, False])
+def test_end_to_end_a_normal_job_under_the_guard_is_unchanged(guard):
+    # Every rank checks that its parent is the guard (a Python under -I without MXNet),
+    # that it leads a process group of its own, and its allreduce; exit status 0.
+    want = {"size": 3, "init_error": None, "guard": guard, "env": {"FOO": "bar"}}
+    _run_env_worker([] if guard else ["--no-rank-guard"], want, np_=3,
+                    env={"FOO": "bar", "MXHOROVOD_RANK_GUARD": ""})
 
 
 # --- horovodrun's launch flags: --start-timeout, --output-filename, ---------------------
@@ -650,6 +754,8 @@ def test_double_dash_before_the_command():
     (["--output-filename", ""], {}, "--output-filename needs a directory"),
     (["--mpi-threads-disable", "--no-mpi-threads-disable"], {}, "not allowed with"),
     (["--tcp=1"], {}, "ignored explicit argument"),
+    ([], {"MXHOROVOD_RANK_GUARD": "maybe"}, "MXHOROVOD_RANK_GUARD=maybe: 1 (the default"),
+    (["--rank-guard", "--no-rank-guard"], {}, "not allowed with"),
 ])
 def test_bad_launch_flags(argv, environ, message, capsys):
     with pytest.raises(SystemExit) as e:
@@ -662,15 +768,15 @@ def test_binding_args_replace_the_default(tmp_path):
     binding = ["--binding-args", "-bind-to core:2 -map-by 'numa'"]
     cmd, _, _ = plan(tmp_path, HYDRA, ["-np", "2"] + binding + ["python", "t.py"])
     assert cmd[1:] == ["-np", "2", "-bind-to", "core:2", "-map-by", "numa", "-outfile-pattern", "/cap/stdout.%r", "-errfile-pattern", "/cap/stderr.%r",
-                       "-genvall", "python", "t.py"]
+                       "-genvall"] + GUARDED + ["python", "t.py"]
     cmd, _, _ = plan(tmp_path, OPEN_MPI, ["-np", "2", "--binding-args", "--bind-to socket",
                                           "python", "t.py"])
     assert cmd[cmd.index("localhost:2") + 1:cmd.index("localhost:2") + 3] == ["--bind-to", "socket"]
     assert "none" not in cmd and "--map-by" not in cmd
     cmd, _, _ = plan(tmp_path, INTEL_MPI, ["-np", "2", "--binding-args", "-map-by core",
                                            "python", "t.py"])
-    assert cmd[1:] == ["-np", "2", "-map-by", "core", "-outfile-pattern", "/cap/stdout.%r", "-errfile-pattern", "/cap/stderr.%r", "-genvall",
-                       "python", "t.py"]
+    assert cmd[1:] == ["-np", "2", "-map-by", "core", "-outfile-pattern", "/cap/stdout.%r", "-errfile-pattern", "/cap/stderr.%r", "-genvall"] + \
+        GUARDED + ["python", "t.py"]
 
 
 def test_tcp_flag(tmp_path):

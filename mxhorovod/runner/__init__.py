@@ -45,7 +45,8 @@ except ModuleNotFoundError as e:
             "mxhorovod (an install made before it existed): reinstall mxhorovod "
             "(pip install --no-build-isolation -e . in the checkout)") from e
 
-_MODULES = ("args", "check_build", "hosts", "launch", "mpi", "output", "settings", "startup")
+_MODULES = ("args", "check_build", "guard", "hosts", "launch", "mpi", "output", "settings",
+            "startup")
 
 for _name in _MODULES:
     _module = importlib.import_module("mxhorovodrun." + _name)
