@@ -58,7 +58,10 @@ def guard_path():
         FileNotFoundError: neither exists (the message says how to run without the guard).
     """
     places = []
-    spec = importlib.util.find_spec("mxhorovod")
+    try:
+        spec = importlib.util.find_spec("mxhorovod")
+    except (ImportError, ValueError):  # ValueError: imported, without a __spec__
+        spec = None
     if spec is not None and spec.origin:
         places.append(os.path.dirname(os.path.abspath(spec.origin)))
     places.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
