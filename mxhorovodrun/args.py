@@ -214,9 +214,9 @@ def build_parser():
                      help="Puts the time (horovodrun's time.asctime() format) before each "
                           "line the ranks write, on the console and in --output-filename's "
                           "files. Open MPI: its own --timestamp-output.")
-    log.add_argument("--log-level", choices=LOG_LEVELS,
-                     help="Minimum level of the backend's log (HOROVOD_LOG_LEVEL). "
-                          "(default: WARNING)")
+    log.add_argument("--log-level", choices=LOG_LEVELS, type=str.upper,
+                     help="Minimum level of the backend's log (HOROVOD_LOG_LEVEL), in any "
+                          "case (info or INFO). (default: WARNING)")
     stamp = log.add_mutually_exclusive_group()
     stamp.add_argument("--log-without-timestamp", dest="log_with_timestamp",
                        action="store_const", const=False,

@@ -270,6 +270,9 @@ def test_horovod_variables_from_flags(tmp_path):
     assert "HOROVOD_AUTOTUNE_LOG" not in env and "HOROVOD_AUTOTUNE" not in env
     _, env, notes = plan(tmp_path, HYDRA, ["-np", "2", "--no-hierarchical-allreduce", "python", "t.py"])
     assert env["HOROVOD_HIERARCHICAL_ALLREDUCE"] == "0" and notes == []
+    # The level in any case, as HOROVOD_LOG_LEVEL takes it (horovodrun lists it in capitals).
+    _, env, _ = plan(tmp_path, HYDRA, ["-np", "2", "--log-level", "info", "python", "t.py"])
+    assert env["HOROVOD_LOG_LEVEL"] == "INFO"
 
 
 def test_unset_flags_keep_the_environment(tmp_path):
