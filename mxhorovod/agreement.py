@@ -222,9 +222,11 @@ def install_trainer_agreement():
             check = vars(trainer).get("_mxhorovod_layout_check")
             if check is None:
                 check = trainer._mxhorovod_layout_check = LayoutCheck()
+            wrapped = isinstance(trainer._optimizer, DistributedOptimizer)
             check.check(trainer._params, target[0], target[1],
-                        "Trainer with %s" % ("a DistributedOptimizer" if isinstance(
-                            trainer._optimizer, DistributedOptimizer) else "kvstore 'horovod'"))
+                        "Trainer with %s" % ("a DistributedOptimizer" if wrapped
+                                             else "kvstore 'horovod'"),
+                        trainer._optimizer._reduction_settings() if wrapped else ())
 
     @functools.wraps(original_step)
     def step(self, batch_size, ignore_stale_grad=False):

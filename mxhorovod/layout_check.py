@@ -19,6 +19,15 @@ blocking allgather (a digest) at the first step, and again on every rank where t
 themselves only when the digests differ, for the error. A mismatch raises ``ValueError`` on
 every rank of the set, before anything is reduced, naming the parameters and the ranks.
 
+The same check compares the trainer's *settings* that decide which collectives it makes
+(``num_groups``, ``gradient_as_bucket_view``: they change the collectives' names) and with
+what factors (``gradient_predivide_factor``): a trainer or optimizer made with
+``num_groups=2`` on some ranks and ``0`` on others sent grouped allreduces
+(``'<prefix>0:3.0'``) where the others sent single ones (``'<prefix>0'``), and every rank
+waited forever (the stall warnings only said that the names differ); with bucket views on
+some ranks only, those ranks waited in the buckets' layout exchange. Now a ``ValueError``
+on every rank at the first step names the setting and each rank's value.
+
 A change made on some ranks only after the first step is not caught (those ranks would
 wait in the check for the others: the stall inspector then names
 ``<prefix>layout``); make such changes on every rank.
@@ -84,38 +93,48 @@ class LayoutCheck(object):
     def __init__(self):
         self._last = None  # what changes the collectives, as of the last check
 
-    def check(self, params, name, process_set, label):
-        """Raises:
+    def check(self, params, name, process_set, label, settings=()):
+        """``settings``: ``(name, value)`` pairs of the trainer's settings that decide its
+        collectives (``('num_groups', 2)``), which every rank must have alike.
+
+        Raises:
             ValueError: on every rank of ``process_set``, when the ranks' trainers differ
                 in the number of parameters or in which ones they reduce, and how (grad_req
-                'null' or not, storage type, shape, dtype); ``label`` names the trainer."""
+                'null' or not, storage type, shape, dtype), or in ``settings``; ``label``
+                names the trainer."""
         self.check_rows(tuple(map(_quick, params)), lambda: [_row(p) for p in params],
-                        name, process_set, label)
+                        name, process_set, label, settings)
 
-    def check_rows(self, quick, rows, name, process_set, label):
+    def check_rows(self, quick, rows, name, process_set, label, settings=()):
         """:meth:`check` for parameters that are not Gluon Parameters (Module's arrays):
         ``quick`` is cheap to compute and changes whenever ``rows()`` may (compared with the
         last call's); ``rows()`` gives one tuple per parameter, as ``_row`` does."""
-        if quick == self._last:
+        settings = tuple(settings)
+        if (quick, settings) == self._last:
             return
         rows = rows()
         shown = [r[1:] for r in rows]  # names may differ by rank (Gluon's counters)
         names = [r[0] for r in rows]
-        mine = mx.nd.array([[_digest(shown), len(rows), _digest(names), _digest(sorted(names))]],
-                           dtype=np.int64)
+        mine = mx.nd.array([[_digest(shown), len(rows), _digest(names), _digest(sorted(names)),
+                             _digest(settings)]], dtype=np.int64)
         every = allgather(mine, name=name, process_set=process_set).asnumpy()
-        if (every[:, :2] == every[0, :2]).all() and not _reordered(every):
-            self._last = quick
+        if (every[:, :2] == every[0, :2]).all() and (every[:, 4] == every[0, 4]).all() \
+                and not _reordered(every):
+            self._last = (quick, settings)
             return
         from mxhorovod.functions import allgather_object
-        lists = allgather_object(rows, name=name + ".lists", process_set=process_set)
+        lists = allgather_object((rows, settings), name=name + ".lists",
+                                 process_set=process_set)
         raise ValueError(self._message(lists, label, process_set))
 
     @staticmethod
     def _message(lists, label, process_set):
+        """``lists``: each rank's ``(rows, settings)``, in the set's order."""
         from mxhorovod.process_sets import global_process_set
         ranks = process_set.ranks if process_set is not global_process_set and \
             process_set.ranks else list(range(len(lists)))
+        settings_parts = _settings_differences([s for _, s in lists], ranks)
+        lists = [rows for rows, _ in lists]
         first, parts = lists[0], []
         for r, other in zip(ranks[1:], lists[1:]):
             names_first, names_other = [a[0] for a in first], [b[0] for b in other]
@@ -136,10 +155,41 @@ class LayoutCheck(object):
             if diffs:
                 parts.append("parameter " + "; parameter ".join(diffs[:4]) +
                              ("; ... (%d in all)" % len(diffs) if len(diffs) > 4 else ""))
-        return ("%s: the parameters reduced differ between ranks (every rank must train "
+        message = []
+        if settings_parts:
+            message.append(
+                "%s: the ranks made it with different settings, which change its collectives "
+                "(every rank must make it alike): %s" % (label, "; ".join(settings_parts)))
+        if parts:
+            message.append(
+                "%s: the parameters reduced differ between ranks (every rank must train "
                 "the same parameters, with the same grad_req, storage types, shapes and "
                 "dtypes; a layer frozen or added on some ranks only?): %s"
                 % (label, "; ".join(parts)))
+        return ". ".join(message)
+
+
+def _ranks_text(ranks):
+    return ("rank %d" % ranks[0] if len(ranks) == 1
+            else "ranks " + ", ".join(str(r) for r in ranks[:8]) +
+            (", ... (%d in all)" % len(ranks) if len(ranks) > 8 else ""))
+
+
+def _settings_differences(every, ranks):
+    """['num_groups: 2 on rank 0, 0 on rank 1', ...] for each setting whose value differs
+    between the ranks (``every``: each rank's ``(name, value)`` pairs; ``ranks``: their
+    job ranks)."""
+    parts = []
+    for key in dict.fromkeys(k for pairs in every for k, _ in pairs):
+        values = [dict(pairs).get(key, "(none)") for pairs in every]
+        if all(v == values[0] for v in values):
+            continue
+        by_value = {}
+        for r, v in zip(ranks, values):
+            by_value.setdefault(repr(v), []).append(r)
+        parts.append("%s: %s" % (key, ", ".join("%s on %s" % (v, _ranks_text(rs))
+                                                 for v, rs in by_value.items())))
+    return parts
 
 
 def _module_rows(group):
@@ -209,7 +259,8 @@ def install_module_layout_check():
             quick = (len(group.param_names),
                      tuple(not g or g[0] is None for g in group.grad_arrays))
             check.check_rows(quick, lambda: _module_rows(group), opt._prefix + "layout",
-                             opt._process_set, "Module with a DistributedOptimizer")
+                             opt._process_set, "Module with a DistributedOptimizer",
+                             opt._reduction_settings())
         return original(self)
 
     update = functools.wraps(original)(update)

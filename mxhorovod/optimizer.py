@@ -183,6 +183,13 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
         self._optimizer._set_current_context(device_id)
 
     # -- the distributed part -----------------------------------------------------------
+    def _reduction_settings(self):
+        """The settings that decide this wrapper's collectives (names, factors), which every
+        rank of its set must have alike (checked with the parameters by
+        :mod:`mxhorovod.layout_check` before the first reduction)."""
+        return (("num_groups", max(0, self._num_groups)),
+                ("gradient_predivide_factor", self._gradient_predivide_factor))
+
     def _name(self, index):
         if self._prefix is None:
             # Numbered per process set in the order wrappers first reduce (not creation

@@ -82,7 +82,9 @@ class DistributedTrainer(mx.gluon.Trainer):
             ``bucket_cap_mb`` < 0; at the first ``step``/``allreduce_grads``, on every
             rank, when the ranks do not reduce the same parameters (a layer frozen with
             ``grad_req='null'`` or added on some ranks only; different shapes, dtypes or
-            storage types: :mod:`mxhorovod.layout_check`; Horovod waits forever); and, at
+            storage types: :mod:`mxhorovod.layout_check`; Horovod waits forever), or were
+            made with different ``num_groups``, ``gradient_as_bucket_view`` or
+            ``gradient_predivide_factor`` (naming the setting and each rank's value); and, at
             the first ``step``/``allreduce_grads`` after the
             buckets changed, on every rank, when the ranks' bucket layouts differ (their
             trainable parameters, shapes or dtypes differ), or when a newer trainer took
@@ -145,6 +147,15 @@ class DistributedTrainer(mx.gluon.Trainer):
         f = self._gradient_predivide_factor
         return dict(op=Average, prescale_factor=1.0 / f, postscale_factor=f,
                     process_set=self._process_set)
+
+    def _reduction_settings(self):
+        """The settings that decide this trainer's collectives (names, factors), which every
+        rank of its set must have alike (checked with the parameters by
+        :mod:`mxhorovod.layout_check` before the first reduction: a grouped call on some
+        ranks against single ones on others waited forever)."""
+        return (("num_groups", max(0, self._num_groups)),
+                ("gradient_as_bucket_view", self._buckets is not None),
+                ("gradient_predivide_factor", self._gradient_predivide_factor))
 
     def _name(self, i):
         # The same name every step: the core matches it in engine order, and the response
@@ -228,7 +239,8 @@ class DistributedTrainer(mx.gluon.Trainer):
             # Ranks reducing different parameters wait for each other forever: an error on
             # every rank instead (mxhorovod.layout_check; blocking only when it changed).
             self._layout_check.check(self._params, self._prefix + "layout", self._process_set,
-                                     "DistributedTrainer '%s'" % self._prefix)
+                                     "DistributedTrainer '%s'" % self._prefix,
+                                     self._reduction_settings())
         if getattr(self, "_agree_on_fresh", False) and \
                 _ps_size(self._process_set, "DistributedTrainer") > 1:
             zero_stale_where_fresh_elsewhere(self._params, self._prefix + "fresh",

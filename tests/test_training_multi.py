@@ -21,7 +21,10 @@ def test_trainer_features(np_):
     # gluon.Trainer with DistributedOptimizer), AMP loss scaling with an overflow on one rank,
     # ranks reducing different parameters (a ValueError on every rank: DistributedTrainer,
     # DistributedOptimizer in gluon.Trainer and Module, kvstore 'horovod'; BucketingModule
-    # with the ranks in different buckets still trains), DistributedOptimizer on two contexts
+    # with the ranks in different buckets still trains), trainers and optimizers made with
+    # other num_groups / bucket views / gradient_predivide_factor on one rank (a ValueError
+    # naming the setting; DistributedTrainer, gluon.Trainer and Module with
+    # DistributedOptimizer; before, a hang), DistributedOptimizer on two contexts
     # per rank without a kvstore (a ValueError; kvstore='device' trains as one process).
     run_ranks(np_, "train_features.py", timeout=300)
 

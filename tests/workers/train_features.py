@@ -603,6 +603,71 @@ def module_different_parameters_on_some_ranks():
     np.testing.assert_allclose(arg["bfc_bias"].asnumpy(), bias, rtol=1e-4, atol=1e-6)
 
 
+def different_settings_on_some_ranks():
+    """A trainer or optimizer made with other settings on the last rank (num_groups,
+    gradient_as_bucket_view, gradient_predivide_factor): a ValueError on every rank at the
+    first step naming the setting and each rank's value, before anything is reduced.
+    Before, num_groups=2 against 0 made grouped allreduces ('<prefix>0:1.0') on some ranks
+    and single ones ('<prefix>0') on the others, and bucket views on some ranks waited in
+    the buckets' layout exchange: every rank waited forever (stall warnings only); a
+    gradient_predivide_factor failed the step half-way, in the allreduces. Then the same
+    for Module.fit with DistributedOptimizer(num_groups=...)."""
+    last = hvd.size() - 1
+    odd = hvd.rank() == last
+    kinds = {
+        "num_groups": (lambda ps: hvd.DistributedTrainer(ps, optimizer("sgd"),
+                                                         num_groups=2 if odd else 0),
+                       "num_groups: 0 on rank", "2 on rank %d" % last),
+        "buckets": (lambda ps: hvd.DistributedTrainer(ps, optimizer("sgd"),
+                                                      gradient_as_bucket_view=odd),
+                    "gradient_as_bucket_view: False on rank", "True on rank %d" % last),
+        "predivide": (lambda ps: hvd.DistributedTrainer(
+            ps, optimizer("sgd"), gradient_predivide_factor=2.0 if odd else 1.0),
+            "gradient_predivide_factor: 1.0 on rank", "2.0 on rank %d" % last),
+        "optimizer_num_groups": (lambda ps: gluon.Trainer(ps, hvd.DistributedOptimizer(
+            optimizer("sgd"), num_groups=1 if odd else 3), kvstore=None),
+            "num_groups: 3 on rank", "1 on rank %d" % last),
+    }
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    x, y = global_data(1, B, seed=14)
+    for kind, (make, want, want_last) in sorted(kinds.items()):
+        tag = "set_%s" % kind
+        net = mlp(tag + "_")
+        tr = make(net.collect_params())
+        forward_backward(net, loss_fn, shard(x, B)[0], shard(y, B)[0])
+        before = param_arrays(net)
+        try:
+            tr.step(B)
+        except ValueError as e:
+            msg = str(e)
+            assert "different settings" in msg and want in msg and want_last in msg, \
+                (kind, msg)
+        else:
+            raise AssertionError("%s: no error on rank %d" % (kind, hvd.rank()))
+        mx.nd.waitall()  # nothing was reduced or updated, no collective left failing
+        assert_close(param_arrays(net), before, 0.0, "nothing updated, " + kind)
+        assert hvd.allreduce(mx.nd.ones((2,)), name=tag + ".after").asnumpy().tolist() == \
+            [1, 1]
+    # Module.fit with DistributedOptimizer: the same check before its first update.
+    data = mx.sym.Variable("data")
+    sym = mx.sym.SoftmaxOutput(mx.sym.FullyConnected(data, num_hidden=3, name="sfc"),
+                               name="softmax")
+    mod = mx.mod.Module(sym, data_names=["data"], label_names=["softmax_label"])
+    it = mx.io.NDArrayIter(shard(x, B)[0], shard(y, B)[0], batch_size=B,
+                           label_name="softmax_label")
+    opt = hvd.DistributedOptimizer(mx.optimizer.SGD(learning_rate=0.1, rescale_grad=1.0 / B),
+                                   num_groups=2 if odd else 0)
+    try:
+        mod.fit(it, num_epoch=1, optimizer=opt, kvstore=None, initializer=mx.init.Uniform(0.5))
+    except ValueError as e:
+        msg = str(e)
+        assert "Module with a DistributedOptimizer" in msg and "different settings" in msg \
+            and "num_groups: 0 on rank" in msg and "2 on rank %d" % last in msg, msg
+    else:
+        raise AssertionError("Module, num_groups on one rank: no error on rank %d" % hvd.rank())
+    assert hvd.allreduce(mx.nd.ones((2,)), name="setmod.after").asnumpy().tolist() == [1, 1]
+
+
 def optimizer_on_several_contexts_without_kvstore():
     """DistributedOptimizer with kvstore=None and two contexts per rank (gluon.Trainer,
     Module.fit): a ValueError at the first step naming the contexts. Before, each context's
@@ -659,7 +724,7 @@ SCENARIOS = {f.__name__: f for f in (
     optimizer_on_own_device,
     stale_on_some_ranks, stale_on_some_ranks_optimizer, amp_overflow_on_one_rank,
     different_parameters_on_some_ranks, module_different_parameters_on_some_ranks,
-    optimizer_on_several_contexts_without_kvstore)}
+    different_settings_on_some_ranks, optimizer_on_several_contexts_without_kvstore)}
 
 
 if __name__ == "__main__":
