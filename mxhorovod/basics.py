@@ -111,7 +111,9 @@ def _init(comm, process_sets):
         _atexit_registered = True
     _core.init(comm_f2c, ranks, [p.ranks for p in static if p.ranks is not None], dynamic)
     if starting:
-        naming.new_session()  # the sets' ids start from 1 again, their unnamed calls from 0
+        # The sets' ids start from 1 again, their unnamed calls from 0 (the global set's
+        # too when this session has other ranks than the last).
+        naming.new_session(_session_members(comm, ranks))
     _ps._registered(static)
     rank_, size_, local_rank_, local_size_ = _core.topology()[:4]
     log.set_rank(rank_)
@@ -120,6 +122,19 @@ def _init(comm, process_sets):
         failures.note_to_guard(b"I")
     logger.info("rank %d of %d (local rank %d of %d): pid %d on %s", rank_, size_, local_rank_,
                 local_size_, os.getpid(), socket.gethostname())
+
+
+def _session_members(comm, ranks):
+    """The MPI_COMM_WORLD ranks of the job that ``init(comm)`` started (a sorted tuple), found
+    without communication: ``ranks`` (init's list), the mpi4py communicator's, or all."""
+    if ranks:
+        return tuple(sorted(ranks))
+    world_size = _core.mpi_world()[2]
+    if comm is None:
+        return tuple(range(world_size))
+    from mpi4py import MPI  # comm is an mpi4py communicator
+    return tuple(sorted(MPI.Group.Translate_ranks(comm.Get_group(), list(range(comm.Get_size())),
+                                                  MPI.COMM_WORLD.Get_group())))
 
 
 _init_comm = None      # the ``comm`` given to init()

@@ -10,7 +10,8 @@ numbers of trainers or called helpers on different sets).
 A process set id is unique only within one session of the core (``init()`` numbers its
 sets from 1 again), so the numbers of a set other than the global one live as long as the
 set: :func:`forget_set` drops them when it is removed (an add/remove loop kept them all), and
-:func:`new_session` when ``init()`` starts anew. Otherwise a set that got an old set's id back
+:func:`new_session` when ``init()`` starts anew (the global set's too when the new session
+has other ranks than the last). Otherwise a set that got an old set's id back
 went on from the old set's numbers on the ranks that had been members of it and from 0 on
 the others, and its members waited for each other forever.
 """
@@ -40,9 +41,23 @@ def forget_set(process_set_id):
     _drop(lambda i: i == pid)
 
 
-def new_session():
-    """``init()`` starts the core anew: the sets' ids start from 1 again, so their numbers
-    do too. The global set's (id 0 in every session) are kept: every rank of the job made
-    the same calls on it, so they agree, and objects made before (a trainer's prefix) keep
-    names distinct from those made after."""
-    _drop(lambda i: i != 0)
+_members = None  # the MPI_COMM_WORLD ranks of the session the global set's numbers are from
+
+
+def new_session(members):
+    """``init()`` starts the core anew, its job made of the MPI_COMM_WORLD ranks
+    ``members`` (a tuple): the sets' ids start from 1 again, so their numbers do too. The
+    global set's (id 0 in every session) are kept when the job has the same ranks as the
+    last session's: every one of them made the same calls on it, so they agree, and objects
+    made before (a trainer's prefix) keep names distinct from those made after. When the
+    ranks changed they start from 0 again: the ranks came from different sessions
+    (``init(comm=[0, 1])`` on ranks 0 and 1, ``init(comm=[2])`` on rank 2, then ``init()``
+    on all three), or from none, and had made different numbers of calls there (kept, the
+    first unnamed call of the new session was 'allreduce.noname.3' on some ranks and
+    'allreduce.noname.1' on others: every rank waited forever)."""
+    global _members
+    if members == _members:
+        _drop(lambda i: i != 0)
+    else:
+        _counters.clear()
+    _members = members
