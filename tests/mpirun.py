@@ -12,6 +12,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKERS = os.path.join(HERE, "workers")
+REPO = os.path.dirname(HERE)
 
 
 def mpirun_path():
@@ -32,12 +33,14 @@ def worker_path(script):
 
 def worker_env(env=None):
     """The environment of every rank: one OpenMP and one MXNet worker thread unless set,
-    tests/ on PYTHONPATH (for the workers' shared modules), then ``env`` on top."""
+    tests/ (for the workers' shared modules) and this checkout on PYTHONPATH, then ``env``
+    on top. The checkout: the ranks test the mxhorovod beside these tests, as pytest's own
+    process does, even where the venv's editable install points at another checkout."""
     full_env = dict(os.environ)
     full_env.setdefault("OMP_NUM_THREADS", "1")
     full_env.setdefault("MXNET_CPU_WORKER_NTHREADS", "1")
     full_env["PYTHONPATH"] = os.pathsep.join(
-        [HERE] + [p for p in full_env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        [HERE, REPO] + [p for p in full_env.get("PYTHONPATH", "").split(os.pathsep) if p])
     full_env.update(env or {})
     return full_env
 
