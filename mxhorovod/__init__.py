@@ -35,6 +35,11 @@ from mxhorovod import kvstore  # noqa: F401
 from mxhorovod.agreement import install_trainer_agreement as _install_trainer_agreement
 _install_trainer_agreement()
 
+# --- gluon.Trainer.load_states keeps the Trainer's reduction: the file gives the optimizer and
+# its states, not whether a DistributedOptimizer wraps it (mxhorovod/load_states.py) ---
+from mxhorovod.load_states import install_load_states as _install_load_states
+_install_load_states()
+
 # --- Module.update with a DistributedOptimizer: the ranks reduce the same parameters
 # (mxhorovod/layout_check.py) ---
 from mxhorovod.layout_check import install_module_layout_check as _install_module_layout_check

@@ -79,9 +79,12 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
         process_set: the ranks whose gradients are averaged (default: all); every rank of
             the set must train with it. On a rank outside the set the wrapper reduces
             nothing: that rank updates with its own gradients (as Horovod). Pickled with the
-            wrapper (``gluon.Trainer.save_states``) as its ranks: loaded
-            (``load_states``), the wrapper reduces over the set registered at that time
-            with the same ranks (an id is only valid in the session that gave it).
+            wrapper (``gluon.Trainer.save_states``) as its ranks: unpickled, the wrapper
+            reduces over the set registered at that time with the same ranks (an id is
+            only valid in the session that gave it). ``gluon.Trainer.load_states`` keeps
+            the Trainer's own wrapper (this set, ``num_groups``, the predivide factor)
+            around the loaded optimizer, and loads a pickled wrapper into a Trainer made
+            without one as its plain optimizer (:mod:`mxhorovod.load_states`).
 
     Every attribute other than the wrapper's own is read from and written to the wrapped
     optimizer: ``learning_rate``, ``lr_scheduler``, ``create_state``, ... and the

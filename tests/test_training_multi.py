@@ -63,6 +63,15 @@ def test_optimizer_states_loaded_after_a_new_init_keep_their_process_set(np_):
 
 
 @pytest.mark.parametrize("np_", [2, 3])
+def test_load_states_keeps_the_trainers_reduction(np_):
+    # Trainer.load_states put the file's pickled optimizer in place of the Trainer's: plain
+    # states (single process, DistributedTrainer) dropped a DistributedOptimizer (ranks
+    # drifted apart silently), a DistributedOptimizer's came back into a DistributedTrainer
+    # (reduced twice) and into a plain Trainer (reduced where none was asked).
+    run_ranks(np_, "train_load_states.py", timeout=180)
+
+
+@pytest.mark.parametrize("np_", [2, 3])
 def test_auto_names_match_when_ranks_made_different_helpers(np_):
     # A set's trainer/optimizer/helpers on its members, unused extras on rank 0: the global
     # ones' automatic names still match on every rank (no hang), results exact.
