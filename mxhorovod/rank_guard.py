@@ -29,8 +29,20 @@ descriptors, so MPI starts as usual) and waits for it:
 - the command cannot be run (not found, not executable): the guard says so and exits with
   status 255, as mpirun does when it cannot run the command itself;
 - the guard itself is killed (mpirun's cleanup after another rank died): the kernel kills
-  the rank with it (PR_SET_PDEATHSIG), and nothing is printed for it; processes that the
-  rank forked end as they do when their parent dies (a multiprocessing pool's workers do).
+  the rank with it (PR_SET_PDEATHSIG), and nothing is printed for it; a keeper process
+  (below) kills what the rank forked.
+
+What the rank forked (a multiprocessing pool, DataLoader workers, a ``subprocess``) is
+killed when the rank is killed by a signal or the guard is killed, as mpirun kills it without
+the guard: hydra ends a job by SIGKILL to each rank's process group, which is the guard's,
+not the rank's (see below). Before, such a process lived on (a busy pool worker, a
+``sleep`` the rank started), holding the rank's output pipes open, and mpirun, and so the
+job, waited for it: a rank killed mid-job hung the job until the last of them ended. The
+keeper is a fork of the guard, in a process group of its own (hydra's SIGKILL of the
+guard's group does not reach it; the signals forwarded to the rank's group do not either),
+holding no descriptor but the read end of a pipe from the guard: when that pipe ends
+without a word from the guard (the guard was killed), it kills the rank's group by SIGKILL.
+A rank that exits (any code) leaves what it forked running, as without the guard.
 
 SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to the guard go to the rank's
 process group, once: the rank runs in a process group of its own (it and what it forks), so
@@ -103,6 +115,67 @@ def _child_setup(parent):
         os._exit(1)
 
 
+def _start_keeper(group):
+    """Forks the keeper of the rank's process group ``group`` (see the module); returns the
+    write end of its pipe (not inheritable): write a byte to it before the guard ends to
+    leave the group alone, or let it close unwritten (the guard killed) to have the keeper
+    kill the group by SIGKILL. None when the keeper cannot be started (fork refused)."""
+    try:
+        rfd, wfd = os.pipe()
+    except OSError:
+        return None
+    # Blocked over the fork: the keeper must not run the guard's forwarding handler (it
+    # would send the signal to the rank a second time); it ignores them before unblocking.
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED)
+    try:
+        pid = os.fork()
+    except OSError:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        os.close(rfd)
+        os.close(wfd)
+        return None
+    if pid:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        os.close(rfd)
+        return wfd
+    try:  # the keeper: only system calls from here, and os._exit
+        for sig in _FORWARDED:
+            signal.signal(sig, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        os.setpgid(0, 0)  # out of the guard's group, which hydra's cleanup kills
+        # No descriptor but its pipe: holding the rank's output pipes (or PMI's socket)
+        # would keep mpirun waiting, as the rank's forks did.
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        keep = os.dup2(rfd, 3) if rfd != 3 else rfd
+        os.closerange(4, os.sysconf("SC_OPEN_MAX"))
+        while True:
+            try:
+                word = os.read(keep, 1)
+                break
+            except InterruptedError:
+                continue
+        if not word:  # the guard ended without a word: killed
+            try:
+                os.killpg(group, signal.SIGKILL)
+            except OSError:
+                pass
+    finally:
+        os._exit(0)
+
+
+def _release_keeper(wfd):
+    """Tells the keeper to leave the rank's group alone and end."""
+    if wfd is None:
+        return
+    try:
+        os.write(wfd, b"x")
+    except OSError:
+        pass
+    os.close(wfd)
+
+
 def _last_note(fd):
     """The last note the rank wrote (b'I', b'E', b'A'), b'' for none."""
     try:
@@ -148,6 +221,7 @@ def main(argv):
         return 255  # mpirun's exit status when it cannot run the command itself
     # Popen returns after the exec, so the rank's group exists now.
     rank["group"] = child.pid
+    keeper = _start_keeper(child.pid)
     for sig in rank["held"]:
         forward(sig, None)
     while True:
@@ -157,6 +231,15 @@ def main(argv):
         except InterruptedError:  # a forwarded signal interrupted the wait
             continue
     rank["ended"] = True  # reaped: its pid, and so its group's id, may be reused
+    if code < 0:
+        # Killed: what it forked goes too, as hydra's cleanup (SIGKILL to the group of the
+        # process it started) kills it without the guard. (Pids, and so group ids, are
+        # handed out in sequence: the id of a group that just ended is not reused yet.)
+        try:
+            os.killpg(child.pid, signal.SIGKILL)
+        except OSError:
+            pass
+    _release_keeper(keeper)
     if code >= 0:
         state = _last_note(notes)
         if state != b"I":

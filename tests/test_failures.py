@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -190,6 +191,73 @@ def test_rank_guard_forwards_a_signal_to_the_rank_once(to_group):
     assert proc.returncode == 0, out
     for who in ("rank", "forked"):
         assert "SEEN %s [%d]" % (who, proc.pid) in out, out
+
+
+# The rank starts a child (its own output to /dev/null) that would sleep 100 s, then sleeps,
+# exits or dies of SIGKILL as argv[1] says.
+_FORKS = """
+import os, signal, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(100)"],
+                         stdout=subprocess.DEVNULL)
+print("CHILD %d" % child.pid, flush=True)
+if sys.argv[1] == "exits":
+    sys.exit(0)
+if sys.argv[1] == "rank_killed":
+    os.kill(os.getpid(), signal.SIGKILL)
+time.sleep(100)
+"""
+
+
+def _session(sid):
+    """{pid: state} of the processes of session ``sid`` (zombies left out)."""
+    members = {}
+    for name in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/stat" % name) as f:
+                fields = f.read().rpartition(")")[2].split()
+        except (OSError, ValueError):
+            continue
+        if int(fields[3]) == sid and fields[0] != "Z":
+            members[int(name)] = fields[0]
+    return members
+
+
+def _wait_until(done, bound=30):
+    """Polls ``done()`` until true or ``bound`` seconds have passed; returns its last value."""
+    end = time.monotonic() + bound
+    while not done() and time.monotonic() < end:
+        time.sleep(0.05)
+    return done()
+
+
+@pytest.mark.parametrize("end", ["guard_killed", "rank_killed", "exits"])
+def test_rank_guard_leaves_what_the_rank_forked_as_mpirun_would(end):
+    # hydra ends a job by SIGKILL to the group of each process it started: the guard's. The
+    # rank has a group of its own, so what it forked outlived the job, holding the rank's
+    # output pipes, and mpirun waited for it (the job hung until it ended). Now what the
+    # rank forked is killed when the guard is killed (by the guard's keeper) or the rank is
+    # killed (by the guard), as without the guard; a rank that exits leaves it running, as
+    # mpirun does.
+    proc = subprocess.Popen([sys.executable, GUARD, sys.executable, "-c", _FORKS,
+                             "sleeps" if end == "guard_killed" else end],
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        child = int(proc.stdout.readline().split()[1])
+        if end == "guard_killed":
+            os.killpg(proc.pid, signal.SIGKILL)  # hydra's cleanup, as with the guard leading
+        proc.wait(timeout=60)                    # a session of its own
+        # The session holds the guard's keeper until it has done its work, and the child.
+        left = _wait_until(lambda: set(_session(proc.pid)) <= {child} and
+                           (end == "exits" or not _session(proc.pid))) and _session(proc.pid)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        survivors = _session(proc.pid)
+        for pid in survivors:
+            os.kill(pid, signal.SIGKILL)
+    assert proc.returncode == (0 if end == "exits" else -signal.SIGKILL), proc.returncode
+    assert list(survivors) == ([child] if end == "exits" else []), (survivors, child)
 
 
 def test_rank_guard_names_a_command_it_cannot_run(tmp_path):

@@ -80,8 +80,9 @@ def _as_from_a_terminal():
         signal.signal(signum, signal.SIG_DFL)
 
 
-def launcher(args, env=None, timeout=240):
-    """Runs python -m mxhorovodrun ARGS; returns the CompletedProcess (output merged)."""
+def launcher(args, env=None, timeout=240, stdin_text=None):
+    """Runs python -m mxhorovodrun ARGS; returns the CompletedProcess (output merged).
+    ``stdin_text``: the launcher's standard input (default: this process's)."""
     full = dict(os.environ)
     full["PYTHONPATH"] = os.pathsep.join([REPO] + [p for p in full.get("PYTHONPATH", "").split(os.pathsep) if p])
     full.setdefault("MXNET_CPU_WORKER_NTHREADS", "1")
@@ -89,9 +90,10 @@ def launcher(args, env=None, timeout=240):
     cmd = [sys.executable, "-m", "mxhorovodrun"] + list(args)
     proc = subprocess.Popen(cmd, env=full, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True,
+                            stdin=None if stdin_text is None else subprocess.PIPE,
                             preexec_fn=_as_from_a_terminal)
     try:
-        out, _ = proc.communicate(timeout=timeout)
+        out, _ = proc.communicate(stdin_text, timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, _ = proc.communicate()
@@ -677,6 +679,47 @@ def test_end_to_end_rank_ending_without_finalizing_mpi_fails_the_job(tmp_path):
         (out / "rank.1" / "stderr").read_text()
     assert "RANK 0 OK" not in proc.stdout and "without finalizing" not in \
         (out / "rank.0" / "stderr").read_text(), proc.stdout[-3000:]
+
+
+# Each rank starts a child that would sleep 100 s; rank 1 then dies of SIGKILL, once rank 0's
+# child runs (rank 0 writes the file of argv[1]).
+_FORKS_THEN_DIES = """
+import os, signal, subprocess, sys, time
+rank, ready = os.environ["PMI_RANK"], sys.argv[1]
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(100)"])
+print("RANK %s CHILD %d" % (rank, child.pid), flush=True)
+if rank == "0":
+    open(ready, "w").close()
+    time.sleep(100)
+    print("SURVIVED", flush=True)
+while not os.path.exists(ready):
+    time.sleep(0.05)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _gone(pid):
+    """Whether process ``pid`` has ended (a zombie counts as ended)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rpartition(")")[2].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_end_to_end_what_the_ranks_forked_ends_with_a_killed_job(tmp_path):
+    # Under the guard each rank has a process group of its own, and hydra's cleanup (SIGKILL
+    # to the group of each process it started: the guard's) no longer reached what the
+    # ranks forked: each child, holding its rank's output pipes, kept mpirun and the job
+    # waiting until it ended (100 s here; a busy multiprocessing pool, a sleep, forever).
+    # Now the job ends as without the guard and the children are gone.
+    proc = launcher(["-np", "2", sys.executable, "-c", _FORKS_THEN_DIES, str(tmp_path / "ready")],
+                    timeout=60)
+    out = proc.stdout
+    assert proc.returncode != 0 and "SURVIVED" not in out, out[-3000:]
+    assert re.search(r"rank 1 \(pid \d+ on \S+\) was killed by SIGKILL", out), out[-3000:]
+    children = [int(p) for p in re.findall(r"RANK \d CHILD (\d+)", out)]
+    assert len(children) == 2 and all(_gone(p) for p in children), out[-3000:]
 
 
 @pytest.mark.parametrize("opt_out", [["--no-rank-guard"], ["MXHOROVOD_RANK_GUARD=0"]])
