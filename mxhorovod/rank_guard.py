@@ -44,6 +44,12 @@ holding no descriptor but the read end of a pipe from the guard: when that pipe 
 without a word from the guard (the guard was killed), it kills the rank's group by SIGKILL.
 A rank that exits (any code) leaves what it forked running, as without the guard.
 
+Standard input: hydra feeds the launcher's standard input to rank 0 only, and gives every
+other rank a pipe that never ends, so a rank other than 0 that read it (``input()``,
+``sys.stdin.read()``) waited forever and the job never ended. Under hydra
+(HYDI_CONTROL_FD set) the guard gives ranks other than 0 /dev/null instead: they read an
+end of file at once, as under Open MPI (and horovodrun), which feeds rank 0 alone too.
+
 SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to the guard go to the rank's
 process group, once: the rank runs in a process group of its own (it and what it forks), so
 that a launcher that signals the guard's process group (MPICH's hydra does, for a Ctrl-C or
@@ -176,6 +182,15 @@ def _release_keeper(wfd):
     os.close(wfd)
 
 
+def _stdin_for_rank():
+    """None (the guard's stdin), or /dev/null for a rank other than 0 under hydra, whose
+    stdin is a pipe that never ends (see the module)."""
+    rank = _rank()
+    if "HYDI_CONTROL_FD" in os.environ and rank not in ("0", "?"):
+        return subprocess.DEVNULL
+    return None
+
+
 def _last_note(fd):
     """The last note the rank wrote (b'I', b'E', b'A'), b'' for none."""
     try:
@@ -211,7 +226,7 @@ def main(argv):
             signal.signal(sig, forward)
     # close_fds=False: the rank needs the launcher's descriptors (PMI_FD and the like).
     try:
-        child = subprocess.Popen(argv, close_fds=False, env=env,
+        child = subprocess.Popen(argv, close_fds=False, env=env, stdin=_stdin_for_rank(),
                                  preexec_fn=lambda: _child_setup(guard))
     except OSError as e:
         # Said even under HOROVOD_LOG_LEVEL=fatal, as mpirun says it without the guard.

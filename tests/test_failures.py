@@ -260,6 +260,33 @@ def test_rank_guard_leaves_what_the_rank_forked_as_mpirun_would(end):
     assert list(survivors) == ([child] if end == "exits" else []), (survivors, child)
 
 
+def test_rank_guard_gives_ranks_other_than_0_an_ended_stdin_under_hydra():
+    # hydra feeds stdin to rank 0 only; the other ranks' stdin is a pipe that never ends, and
+    # a rank other than 0 that read it waited forever. Under hydra (HYDI_CONTROL_FD) the
+    # guard gives them /dev/null; rank 0, and any rank of another launcher, get stdin.
+    script = "import sys; print(repr(sys.stdin.read()))"
+    for rank, hydra, want in (("1", True, "''"), ("0", True, "'xyz'"), ("1", False, "'xyz'")):
+        env = dict(os.environ, PMI_RANK=rank)
+        env.pop("HYDI_CONTROL_FD", None)
+        if hydra:
+            env["HYDI_CONTROL_FD"] = "7"
+        proc = subprocess.Popen([sys.executable, GUARD, sys.executable, "-c", script],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        try:
+            proc.stdin.write("xyz")
+            proc.stdin.flush()
+            if want == "''":  # the pipe stays open, as hydra's does
+                proc.wait(timeout=60)
+            proc.stdin.close()
+            out = proc.stdout.read()
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert (proc.returncode, out) == (0, want + "\n"), (rank, hydra, out)
+
+
 def test_rank_guard_names_a_command_it_cannot_run(tmp_path):
     # Was a traceback from the guard; mpirun says 255 when it cannot run a command itself.
     missing = str(tmp_path / "no-such-program")

@@ -722,6 +722,17 @@ def test_end_to_end_what_the_ranks_forked_ends_with_a_killed_job(tmp_path):
     assert len(children) == 2 and all(_gone(p) for p in children), out[-3000:]
 
 
+def test_end_to_end_stdin_goes_to_rank_0_and_the_others_read_its_end():
+    # Hydra feeds stdin to rank 0 only and gives the others a pipe that never ends: a rank
+    # other than 0 reading stdin (input(), sys.stdin.read()) hung the job. Under the guard
+    # they read an end of file at once, as under Open MPI (--no-rank-guard: hydra's way).
+    script = "import os, sys; print('RANK', os.environ['PMI_RANK'], repr(sys.stdin.read()))"
+    proc = launcher(["-np", "3", sys.executable, "-c", script], stdin_text="xyz\n", timeout=60)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    for rank, text in ((0, "'xyz\\n'"), (1, "''"), (2, "''")):
+        assert "[%d] RANK %d %s\n" % (rank, rank, text) in proc.stdout, proc.stdout[-3000:]
+
+
 @pytest.mark.parametrize("opt_out", [["--no-rank-guard"], ["MXHOROVOD_RANK_GUARD=0"]])
 def test_end_to_end_rank_guard_turned_off_runs_as_before(opt_out):
     # The same job without the guard: mpirun's own outcome, exit status 0 and no word.
