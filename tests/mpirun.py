@@ -15,6 +15,14 @@ WORKERS = os.path.join(HERE, "workers")
 REPO = os.path.dirname(HERE)
 
 
+def as_from_a_terminal():
+    """preexec_fn of the launchers and guards the tests start: the signals a shell's
+    foreground job has (a run in the background, as `bash .ci/run &`, starts with SIGINT
+    ignored, which the launcher and the rank guard leave ignored, as asked)."""
+    for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_DFL)
+
+
 def mpirun_path():
     """The mpirun next to this Python (the venv's mpich wheel), else the one on PATH."""
     cand = os.path.join(os.path.dirname(sys.executable), "mpirun")

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from mpirun import WORKERS, run_ranks
+from mpirun import WORKERS, as_from_a_terminal, run_ranks
 
 GUARD = os.path.join(os.path.dirname(WORKERS), "..", "mxhorovod", "rank_guard.py")
 TIME = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}"
@@ -173,7 +173,8 @@ def test_rank_guard_forwards_a_signal_to_the_rank_once(to_group):
     # cut its KeyboardInterrupt handling short. The rank now has a group of its own; the
     # guard forwards to that group: once, from the guard, to the rank and what it forked.
     proc = subprocess.Popen([sys.executable, GUARD, sys.executable, "-c", _SIGINT_SENDERS],
-                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=as_from_a_terminal)
     try:
         ready = [proc.stdout.readline().split() for _ in range(2)]
         assert all(r[0] == "READY" for r in ready), ready

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from mpirun import HERE, WORKERS
+from mpirun import HERE, WORKERS, as_from_a_terminal
 from mxhorovodrun import hosts as hostlib
 from mxhorovodrun.args import build_parser, parse_args
 from mxhorovodrun.guard import guard_path
@@ -72,14 +72,6 @@ def plan(tmp_path, flavour, argv, cores=8, environ=None, capture_dir="/cap"):
     return cmd, out_env, notes
 
 
-def _as_from_a_terminal():
-    """preexec_fn of the launchers the tests start: the signals a shell's foreground job
-    has (a run in the background, as `bash .ci/run &`, starts with SIGINT ignored, which
-    the launcher leaves ignored, as asked)."""
-    for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGTERM):
-        signal.signal(signum, signal.SIG_DFL)
-
-
 def launcher(args, env=None, timeout=240, stdin_text=None):
     """Runs python -m mxhorovodrun ARGS; returns the CompletedProcess (output merged).
     ``stdin_text``: the launcher's standard input (default: this process's)."""
@@ -91,7 +83,7 @@ def launcher(args, env=None, timeout=240, stdin_text=None):
     proc = subprocess.Popen(cmd, env=full, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True,
                             stdin=None if stdin_text is None else subprocess.PIPE,
-                            preexec_fn=_as_from_a_terminal)
+                            preexec_fn=as_from_a_terminal)
     try:
         out, _ = proc.communicate(stdin_text, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -1190,7 +1182,7 @@ def _start_sleepers(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "mxhorovodrun", "-np", "2", sys.executable,
                              "-c", _SLEEPER, str(tmp_path)], env=full, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True,
-                            preexec_fn=_as_from_a_terminal)
+                            preexec_fn=as_from_a_terminal)
     try:
         pids = _wait_for_files([str(tmp_path / ("pid.%d" % r)) for r in range(2)])
     except BaseException:
@@ -1393,7 +1385,7 @@ def test_end_to_end_prompt_shows_before_its_answer(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "mxhorovodrun", "-np", "2", sys.executable,
                              "-c", script, str(answer)], env=full, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, start_new_session=True,
-                            preexec_fn=_as_from_a_terminal)
+                            preexec_fn=as_from_a_terminal)
     seen = []
     reader = threading.Thread(target=lambda: seen.extend(iter(lambda: proc.stdout.read1(4096), b"")))
     reader.start()
