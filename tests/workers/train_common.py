@@ -41,6 +41,17 @@ def mlp(prefix):
     return net
 
 
+def train_rows(net, trainer, x, y, steps, rows):
+    """Trains ``net`` on rows ``rows`` (a slice of the global batch) of each step in
+    ``steps`` with softmax cross-entropy, ``trainer.step`` taking the rows' count."""
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    for s in steps:
+        with mx.autograd.record():
+            loss = loss_fn(net(mx.nd.array(x[s, rows])), mx.nd.array(y[s, rows]))
+        loss.backward()
+        trainer.step(rows.stop - rows.start)
+
+
 def copy_params(src, dst):
     """Copy values of the gluon net src into dst (same structure, different prefix)."""
     for ps, pd in zip(src.collect_params().values(), dst.collect_params().values()):

@@ -19,10 +19,10 @@ import os
 import tempfile
 
 import mxnet as mx
-from mxnet import autograd, gluon
+from mxnet import gluon
 
 import mxhorovod as hvd
-from train_common import assert_close, copy_params, global_data, mlp, param_arrays
+from train_common import assert_close, global_data, mlp, param_arrays, train_rows
 
 STEPS, B, LR = 4, 4, 0.1
 
@@ -31,7 +31,6 @@ r, n = hvd.rank(), hvd.size()
 x, y = global_data(STEPS, B)
 every = slice(0, n * B)
 mine = slice(r * B, (r + 1) * B)
-loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
 folder = tempfile.mkdtemp()
 
 
@@ -40,11 +39,7 @@ def opt():
 
 
 def train(net, trainer, steps, rows):
-    for s in steps:
-        with autograd.record():
-            loss = loss_fn(net(mx.nd.array(x[s, rows])), mx.nd.array(y[s, rows]))
-        loss.backward()
-        trainer.step(rows.stop - rows.start)
+    train_rows(net, trainer, x, y, steps, rows)
 
 
 def net_like(prefix, weights):

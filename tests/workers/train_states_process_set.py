@@ -14,10 +14,10 @@ import tempfile
 
 import mxnet as mx
 import numpy as np
-from mxnet import autograd, gluon
+from mxnet import gluon
 
 import mxhorovod as hvd
-from train_common import assert_close, copy_params, global_data, mlp, param_arrays
+from train_common import assert_close, copy_params, global_data, mlp, param_arrays, train_rows
 
 STEPS, B, LR = 4, 4, 0.1
 
@@ -38,15 +38,10 @@ r, n = hvd.rank(), hvd.size()
 x, y = global_data(STEPS, B)
 rows = slice(0, 2 * B) if r < 2 else slice(r * B, (r + 1) * B)  # what one process sees
 mine = slice(r * B, (r + 1) * B)
-loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
 
 
 def train(net, trainer, steps, rows):
-    for s in steps:
-        with autograd.record():
-            loss = loss_fn(net(mx.nd.array(x[s, rows])), mx.nd.array(y[s, rows]))
-        loss.backward()
-        trainer.step(rows.stop - rows.start)
+    train_rows(net, trainer, x, y, steps, rows)
 
 
 net = mlp("st_")
