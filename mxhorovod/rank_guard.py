@@ -260,8 +260,9 @@ def main(argv):
         if state != b"I":
             return code
         text = _line("rank %s (pid %d on %s) exited with code %d while MPI was running in it, "
-                     "without finalizing it (os._exit(), or an end that skipped Python's exit "
-                     "handlers, after hvd.init()): mpirun kills the other ranks (SIGKILL, "
+                     "without finalizing it (after hvd.init(): os._exit(), a crash handler "
+                     "that exits, as MXNet's does on a segmentation fault, or another end "
+                     "that skipped Python's exit handlers): mpirun kills the other ranks (SIGKILL, "
                      "nothing printed by them)%s" % (
                          _rank(), child.pid, _host(), code,
                          "; this guard exits with code 1, not 0" if code == 0 else ""))
