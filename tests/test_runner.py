@@ -663,7 +663,8 @@ def test_end_to_end_rank_ending_without_finalizing_mpi_fails_the_job(tmp_path):
     proc = launcher(["-np", "2", "--output-filename", str(out), sys.executable, worker,
                      "os_exit"], env={"MXHOROVOD_RANK_GUARD": ""}, timeout=120)
     line = (r"\[1\]<error> %s mxhorovod: rank 1 \(pid \d+ on \S+\) exited with code 0 while MPI "
-            r"was running in it, without finalizing it \(os\._exit\(\), .*; this guard exits "
+            r"was running in it, without finalizing it \(after hvd\.init\(\): os\._exit\(\), .*; "
+            r"this guard exits "
             r"with code 1, not 0" % LOG_TIME)
     assert proc.returncode != 0, proc.stdout[-3000:]
     assert re.search(r"^\[1\] %s$" % line, proc.stdout, re.M), proc.stdout[-3000:]
