@@ -6,6 +6,7 @@ same code. Importing through this name imports mxhorovod first, and with it MXNe
 launcher itself (the ``mxhorovodrun`` console script, ``python -m mxhorovodrun``) does not.
 """
 import importlib
+import pkgutil
 import sys
 
 
@@ -45,8 +46,9 @@ except ModuleNotFoundError as e:
             "mxhorovod (an install made before it existed): reinstall mxhorovod "
             "(pip install --no-build-isolation -e . in the checkout)") from e
 
-_MODULES = ("args", "check_build", "guard", "hosts", "launch", "mpi", "output", "settings",
-            "startup")
+# Every module of the launcher, as it has them (a new one needs no line here).
+_MODULES = sorted(m.name for m in pkgutil.iter_modules(mxhorovodrun.__path__)
+                  if m.name != "__main__")
 
 for _name in _MODULES:
     _module = importlib.import_module("mxhorovodrun." + _name)
