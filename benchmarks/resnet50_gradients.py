@@ -226,10 +226,11 @@ def report(results):
                              "%.2f" % c["horovod_over_mxhorovod"],
                              "%.2f" % c["floor_normalized"] if c["floor_normalized"] else "-"]
                             for c in comps], title="Horovod against mxhorovod (same script run)")
-    skipped = [res["trainer"]["trainer_bucket_view"]["skipped"] for res in results
-               if "skipped" in res.get("trainer", {}).get("trainer_bucket_view", {})]
-    if skipped:
-        print("bucket-view row skipped: %s" % skipped[0])
+    skipped = sorted({"%s: %s" % (res["impl"], res["trainer"]["trainer_bucket_view"]["skipped"])
+                      for res in results
+                      if "skipped" in res.get("trainer", {}).get("trainer_bucket_view", {})})
+    for line in skipped:  # the library whose trainer lacks it (Horovod's, as a rule)
+        print("bucket-view row skipped for %s" % line)
     return common.emit("resnet50_gradients", rows, ranks=ranks, comparisons=comps,
                        floors=floor_tables, errors=common.errors_of(results))
 
