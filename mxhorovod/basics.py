@@ -109,6 +109,7 @@ def _init(comm, process_sets):
         # SIGKILL (exit status 9) when that rank ends before its peers.
         atexit.register(_at_exit)
         _atexit_registered = True
+    _finalize_in_multiprocessing_child()
     _core.init(comm_f2c, ranks, [p.ranks for p in static if p.ranks is not None], dynamic)
     if starting:
         # The sets' ids start from 1 again, their unnamed calls from 0 (the global set's
@@ -164,6 +165,29 @@ def _job_comm():
     return _job_comm_cache[key]
 
 
+_mp_hook_pid = None  # the multiprocessing child whose exit runs _at_exit (see below)
+
+
+def _finalize_in_multiprocessing_child():
+    """In a process that ``multiprocessing`` started (a forked child that forms the job,
+    or calls init() and is refused), registers :func:`_at_exit` to run when the process
+    ends. Its ``Process`` ends with ``os._exit()``, which skips atexit handlers, so MPI was
+    never finalized there: MPICH's launcher may then kill the job's other ranks (SIGKILL)
+    and mxhorovodrun's rank guard fails the job ("exited ... without finalizing it"),
+    although the script did nothing wrong. A process forked by ``os.fork()`` that ends by
+    ``os._exit()`` must call ``hvd.shutdown()`` itself."""
+    global _mp_hook_pid
+    mp = sys.modules.get("multiprocessing")
+    if mp is None or _mp_hook_pid == os.getpid() or mp.parent_process() is None:
+        return
+    import multiprocessing.util
+    multiprocessing.util.Finalize(None, _at_exit, exitpriority=0)
+    _mp_hook_pid = os.getpid()
+
+
+_exited_pid = None  # the process whose _at_exit ran
+
+
 def _at_exit():
     """At interpreter exit: let this rank's last collectives run, then stop and finalize.
 
@@ -174,6 +198,10 @@ def _at_exit():
     they keep completing (it gives up after 10 s, or the stall check time if shorter,
     without one completing: a peer blocked in a collective this rank never calls). Not
     after an uncaught exception: the job is failing, and the peers should hear so at once."""
+    global _exited_pid
+    if _exited_pid == os.getpid():  # a multiprocessing child's hook ran, and now atexit's
+        return
+    _exited_pid = os.getpid()
     if getattr(sys, "last_value", None) is None:
         _let_called_collectives_run("exit")
     _core.finalize_mpi()
