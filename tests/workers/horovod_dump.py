@@ -8,7 +8,8 @@ python horovod_dump.py --compare DIR_A DIR_B: lists the case-ranks whose outputs
 
 Not run by pytest (it needs Horovod for the other side). On 2 and 3 ranks against
 horovod.mxnet 0.28.1 the remaining differences are those of docs/horovod_differences.md:
-Min / Max with NaN or -0, 0-size tensors, NaN sign bits, integer results out of range.
+Min / Max with NaN or -0, 0-size tensors (alone or in a grouped call), NaN sign bits,
+integer results out of range, int64 Average beyond 2**53.
 """
 import sys
 
