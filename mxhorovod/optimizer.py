@@ -96,10 +96,13 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
     averaged densely and written back holding the rows that any rank touched, as
     ``DistributedTrainer`` does (:func:`allreduce_row_sparse_`; this waits for the
     reduction). One context per rank with a plain ``gluon.Trainer``; for ``gluon`` prefer
-    ``DistributedTrainer``. A plain ``gluon.Trainer`` calls the optimizer for fresh
-    parameters only; with ``ignore_stale_grad=True`` the ranks first agree on fresh
-    gradients (:mod:`mxhorovod.agreement`), so a parameter used on some ranks only is
-    reduced and updated on every rank instead of stalling the ranks that used it.
+    ``DistributedTrainer``: in a plain ``gluon.Trainer`` the reduction happens in
+    ``update`` / ``step``, so ``trainer.allreduce_grads()`` reduces nothing and gradient
+    clipping between it and ``update`` clips each rank's own gradient (as in Horovod). A
+    plain ``gluon.Trainer`` calls the optimizer for fresh parameters only; with
+    ``ignore_stale_grad=True`` the ranks first agree on fresh gradients
+    (:mod:`mxhorovod.agreement`), so a parameter used on some ranks only is reduced and
+    updated on every rank instead of stalling the ranks that used it.
 
     Raises:
         TypeError: ``optimizer`` is not an ``mx.optimizer.Optimizer``.

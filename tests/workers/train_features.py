@@ -91,6 +91,26 @@ def clip_between_allreduce_and_update():
         tr.update(B)
         ref_tr.update(x.shape[1])
     assert_close(param_arrays(net), param_arrays(ref), 0.1, "clip with a per-sample loss")
+    # A plain gluon.Trainer with DistributedOptimizer reduces in update(), as Horovod's:
+    # allreduce_grads() leaves this rank's own gradient (what the README says; clipping
+    # there clips it), and update() still trains as one process.
+    net, ref = pair("clipopt")
+    own = mlp("clipopt_own_")
+    tr = gluon.Trainer(net.collect_params(), hvd.DistributedOptimizer(optimizer("sgd")),
+                       kvstore=None)
+    ref_tr = gluon.Trainer(ref.collect_params(), optimizer("sgd"), kvstore=None)
+    for s in range(2):
+        copy_params(net, own)
+        forward_backward(net, loss_fn, shard(x, B)[s], shard(y, B)[s], mean=True)
+        forward_backward(own, loss_fn, shard(x, B)[s], shard(y, B)[s], mean=True)
+        tr.allreduce_grads()
+        assert_close([p.grad().asnumpy() for p in net.collect_params().values()],
+                     [p.grad().asnumpy() for p in own.collect_params().values()], 1.0,
+                     "own gradient after allreduce_grads with DistributedOptimizer")
+        tr.update(1)
+        forward_backward(ref, loss_fn, x[s], y[s], mean=True)
+        ref_tr.update(1)
+    assert_close(param_arrays(net), param_arrays(ref), 0.1, "DistributedOptimizer update")
 
 
 def two_trainers_gan():
