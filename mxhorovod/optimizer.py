@@ -78,7 +78,8 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
             grouped allreduces instead of one allreduce each.
         process_set: the ranks whose gradients are averaged (default: all); every rank of
             the set must train with it. On a rank outside the set the wrapper reduces
-            nothing: that rank updates with its own gradients (as Horovod). Pickled with the
+            nothing: that rank updates with its own gradients, as one process would
+            (Horovod's CPU build also divides them by the set's size). Pickled with the
             wrapper (``gluon.Trainer.save_states``) as its ranks: unpickled, the wrapper
             reduces over the set registered at that time with the same ranks (an id is
             only valid in the session that gave it). ``gluon.Trainer.load_states`` keeps
@@ -213,7 +214,7 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
     def _do_allreduce(self, index, grad):
         ps = self._process_set
         if _outside(ps):
-            return  # a rank outside the set updates with its own gradients (as Horovod)
+            return  # a rank outside the set updates with its own gradients (as one process)
         n = size() if ps is global_process_set else _ps_size(ps, "DistributedOptimizer")
         if n == 1:
             return

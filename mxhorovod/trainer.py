@@ -65,7 +65,8 @@ class DistributedTrainer(mx.gluon.Trainer):
         process_set: the ranks that train together (default: all); the gradients are
             averaged over this set only, and every rank of it must make this trainer. On a
             rank outside the set the trainer reduces nothing: that rank trains on its own
-            gradients (as Horovod).
+            gradients, as one process would (Horovod's CPU build also divides them by the
+            set's size there: docs/horovod_differences.md).
         bucket_cap_mb: keyword only; the most MiB (2**20 bytes) of one bucket, as in DDP
             (default 25); a single larger gradient gets a bucket of its own.
 
@@ -232,7 +233,7 @@ class DistributedTrainer(mx.gluon.Trainer):
 
     def _allreduce_grads(self):
         if _outside(self._process_set):
-            return  # a rank outside the set trains on its own gradients (as Horovod)
+            return  # a rank outside the set trains on its own gradients (as one process)
         if self._prefix is None:
             self._auto_prefix()
         if _ps_size(self._process_set, "DistributedTrainer") > 1:
