@@ -14,14 +14,30 @@ set: :func:`forget_set` drops them when it is removed (an add/remove loop kept t
 has other ranks than the last). Otherwise a set that got an old set's id back
 went on from the old set's numbers on the ranks that had been members of it and from 0 on
 the others, and its members waited for each other forever.
+
+A number is taken only while mxhorovod runs: a call made before ``init()`` or after
+``shutdown()`` (or a stop) is refused at once, and a script that catches that on some ranks
+only must not be a number ahead of the others when the next session's global set goes on
+from the last one's numbers (it was: its next unnamed call met nothing, and every rank
+waited forever).
 """
 import itertools
+
+from mxhorovod import _core
+from mxhorovod.errors import InvalidArgumentError
 
 _counters = {}
 
 
 def next_number(kind, process_set_id):
-    """0, 1, 2, ... per (``kind``, ``process_set_id``), in this process's call order."""
+    """0, 1, 2, ... per (``kind``, ``process_set_id``), in this process's call order.
+
+    Raises InvalidArgumentError (a ValueError), taking no number, when mxhorovod is not
+    running (before ``init()``, after ``shutdown()`` or a stop): the call that asked would
+    be refused anyway."""
+    if not _core.is_initialized():
+        from mxhorovod.basics import _not_initialized
+        raise InvalidArgumentError(_not_initialized(kind))
     key = (kind, int(process_set_id))
     counter = _counters.get(key)
     if counter is None:

@@ -142,6 +142,15 @@ def test_unnamed_calls_on_sets_removed_and_on_ids_given_again_after_reinit():
                    "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "6"})
 
 
+@pytest.mark.parametrize("np_", [2, 3])
+def test_unnamed_calls_refused_while_stopped_take_no_number(np_):
+    # Refused before init() / after shutdown() on some ranks only; the stall shutdown turns
+    # a mismatch of automatic names into an error, not a hang.
+    run_ranks(np_, "unnamed_while_stopped.py", timeout=180,
+              env={"HOROVOD_STALL_CHECK_TIME_SECONDS": "3",
+                   "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "6"})
+
+
 @pytest.mark.parametrize("worker,steps_per_sample", [
     ("core_autotune.py", "2"),            # tries every candidate, results stay right
     ("core_autotune_new_names.py", "1"),  # samples when no name comes round again
