@@ -226,7 +226,8 @@ def install_trainer_agreement():
             check.check(trainer._params, target[0], target[1],
                         "Trainer with %s" % ("a DistributedOptimizer" if wrapped
                                              else "kvstore 'horovod'"),
-                        trainer._optimizer._reduction_settings() if wrapped else ())
+                        trainer._optimizer._reduction_settings() if wrapped else (),
+                        contexts=len(trainer._contexts) if trainer._contexts else None)
 
     @functools.wraps(original_step)
     def step(self, batch_size, ignore_stale_grad=False):

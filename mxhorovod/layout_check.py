@@ -10,14 +10,20 @@ the parameters are merely shifted by one, a gradient could even be averaged with
 parameter's of the same shape.
 
 So a trainer compares, over its process set, what it reduces: the number of parameters and
-for each one whether it is reduced, its gradient's storage type, shape and dtype; and the
+for each one whether it is reduced, its gradient's storage type, shape and dtype, and
+the number of contexts it is on; and the
 order of the parameters where the ranks name them alike (the same names in another order,
 a list reversed on some ranks: gradients matched by position were averaged with other
 parameters' of the same shape, silently, as in Horovod). One small
 blocking allgather (a digest) at the first step, and again on every rank where that changes
-(``grad_req`` set to ``'null'`` or back, a parameter cast, a new trainer); the lists
+(``grad_req`` set to ``'null'`` or back, a parameter cast or moved with ``reset_ctx``, a
+new trainer); the lists
 themselves only when the digests differ, for the error. A mismatch raises ``ValueError`` on
-every rank of the set, before anything is reduced, naming the parameters and the ranks.
+every rank of the set, before anything is reduced, naming the parameters and the ranks. A
+trainer that reduces and updates a given number of contexts per parameter (one for
+``DistributedTrainer``; a ``gluon.Trainer`` those it was made with) also refuses, on every
+rank, parameters that ``reset_ctx`` moved onto another number of contexts (extra copies
+were never trained).
 
 The same check compares the trainer's *settings* that decide which collectives it makes
 (``num_groups``, ``gradient_as_bucket_view``: they change the collectives' names) and with
@@ -46,25 +52,28 @@ __all__ = ["LayoutCheck", "check_one_context", "install_module_layout_check"]
 
 
 # What may change which collectives a trainer submits, read per step (a C-free attribute
-# read per parameter: about 0.15 us each).
-_quick = operator.attrgetter("_grad_req", "_grad_stype")
+# read per parameter: about 0.15 us each). The context list is replaced, never changed in
+# place, by reset_ctx and re-initialization, so comparing it costs an identity test.
+_quick = operator.attrgetter("_grad_req", "_grad_stype", "_ctx_list")
 
 
 def _row(param):
-    """(name, 'reduced', storage type, shape, dtype) of a reduced parameter, or
-    (name, 'null') of a skipped one ('write' and 'add' reduce alike)."""
+    """(name, 'reduced', storage type, shape, dtype, number of contexts) of a reduced
+    parameter, or (name, 'null') of a skipped one ('write' and 'add' reduce alike)."""
     if param.grad_req == "null":
         return (param.name, "null")
     shape = tuple(int(d) for d in param.shape) if param.shape is not None else None
-    return (param.name, "reduced", param._grad_stype, shape, np.dtype(param.dtype).name)
+    return (param.name, "reduced", param._grad_stype, shape, np.dtype(param.dtype).name,
+            len(param._ctx_list or ()))
 
 
 def _what(row):
     """A row for the message, without the parameter's name (which may differ by rank)."""
     if row[1] == "null":
         return "not reduced (grad_req 'null')"
-    return "%s %s %s%s" % (row[4], row[3], "row_sparse " if row[2] != "default" else "",
-                           "gradient")
+    return "%s %s %s%s%s" % (row[4], row[3], "row_sparse " if row[2] != "default" else "",
+                             "gradient", " on %d contexts" % row[5]
+                             if len(row) > 5 and row[5] > 1 else "")
 
 
 def _digest(value):
@@ -93,17 +102,43 @@ class LayoutCheck(object):
     def __init__(self):
         self._last = None  # what changes the collectives, as of the last check
 
-    def check(self, params, name, process_set, label, settings=()):
+    def check(self, params, name, process_set, label, settings=(), contexts=None):
         """``settings``: ``(name, value)`` pairs of the trainer's settings that decide its
         collectives (``('num_groups', 2)``), which every rank must have alike.
+        ``contexts``: the number of contexts per parameter the trainer reduces and
+        updates (``DistributedTrainer``: 1; a ``gluon.Trainer``: those it was made with).
 
         Raises:
             ValueError: on every rank of ``process_set``, when the ranks' trainers differ
                 in the number of parameters or in which ones they reduce, and how (grad_req
-                'null' or not, storage type, shape, dtype), or in ``settings``; ``label``
-                names the trainer."""
-        self.check_rows(tuple(map(_quick, params)), lambda: [_row(p) for p in params],
-                        name, process_set, label, settings)
+                'null' or not, storage type, shape, dtype, number of contexts), or in
+                ``settings``; ``label`` names the trainer. With ``contexts``, when a reduced
+                parameter is on another number of contexts (``reset_ctx`` after the trainer
+                was made), naming the parameters."""
+        rows = []  # filled only when something changed since the last check
+
+        def make_rows():
+            rows.extend(_row(p) for p in params)
+            return rows
+
+        self.check_rows(tuple(map(_quick, params)), make_rows, name, process_set, label,
+                        settings)
+        if contexts is not None and rows:  # checked now: the rows agree on every rank
+            other = [(i, r) for i, r in enumerate(rows) if len(r) > 5 and r[5] != contexts]
+            if other:
+                self._last = None  # refused again at the next step
+                raise ValueError(
+                    "%s: parameter %s: on %d contexts per rank, but the trainer was made for "
+                    "%d and reduces and updates that many (moved with reset_ctx after the "
+                    "trainer was made?): the other copies' gradients would be left out and "
+                    "their weights never updated, drifting apart without a word (as with "
+                    "MXNet's own Trainer). Make the trainer after placing the parameters%s"
+                    % (label, ", ".join("%d ('%s')" % (i, r[0]) for i, r in other[:4]) +
+                       (", ... (%d in all)" % len(other) if len(other) > 4 else ""),
+                       other[0][1][5], contexts,
+                       ", on one context per rank (one process per device; several "
+                       "contexts: a gluon.Trainer with hvd.DistributedOptimizer and "
+                       "kvstore='device')" if contexts == 1 else ""))
 
     def check_rows(self, quick, rows, name, process_set, label, settings=()):
         """:meth:`check` for parameters that are not Gluon Parameters (Module's arrays):

@@ -79,7 +79,8 @@ class DistributedTrainer(mx.gluon.Trainer):
 
     Raises:
         TypeError: ``optimizer`` is a Trainer, or neither a str nor an Optimizer.
-        ValueError: parameters are on more than one context (use one context per rank);
+        ValueError: parameters are on more than one context (use one context per rank),
+            here, or at a step after ``reset_ctx`` moved them onto several;
             ``bucket_cap_mb`` < 0; at the first ``step``/``allreduce_grads``, on every
             rank, when the ranks do not reduce the same parameters (a layer frozen with
             ``grad_req='null'`` or added on some ranks only; different shapes, dtypes or
@@ -127,7 +128,11 @@ class DistributedTrainer(mx.gluon.Trainer):
                                                  kvstore=None)
         if self._contexts and len(self._contexts) > 1:
             raise ValueError("DistributedTrainer needs the parameters on one context per "
-                             "rank, got %s" % (self._contexts,))
+                             "rank, got %s: run one process per device, or use a "
+                             "gluon.Trainer with hvd.DistributedOptimizer and "
+                             "kvstore='device', which sums this rank's contexts first "
+                             "(Horovod's DistributedTrainer reduces the first context's "
+                             "gradient only)" % (self._contexts,))
         position = {id(p): k for k, p in enumerate(given)}
         n = len(self._params)
         self._priorities = [position.get(id(p), i) - n for i, p in enumerate(self._params)]
@@ -241,7 +246,7 @@ class DistributedTrainer(mx.gluon.Trainer):
             # every rank instead (mxhorovod.layout_check; blocking only when it changed).
             self._layout_check.check(self._params, self._prefix + "layout", self._process_set,
                                      "DistributedTrainer '%s'" % self._prefix,
-                                     self._reduction_settings())
+                                     self._reduction_settings(), contexts=1)
         if getattr(self, "_agree_on_fresh", False) and \
                 _ps_size(self._process_set, "DistributedTrainer") > 1:
             zero_stale_where_fresh_elsewhere(self._params, self._prefix + "fresh",

@@ -737,6 +737,59 @@ def optimizer_on_several_contexts_without_kvstore():
     assert hvd.allreduce(mx.nd.ones((2,)), name="ctx.after").asnumpy().tolist() == [1, 1]
 
 
+def parameters_moved_to_more_contexts_after_the_trainer():
+    """reset_ctx to two contexts per rank after the trainer was made (DistributedTrainer,
+    with and without bucket views; gluon.Trainer with DistributedOptimizer, or over kvstore
+    'horovod'): a ValueError on every rank at the step naming the parameters, also when
+    only the last rank moved them. Before, the trainer reduced and updated the first
+    context's copy only: the second copy's gradient was left out and its weights never
+    changed, without a word (MXNet's own Trainer does the same). Moved back to one
+    context, the same trainer trains as one process on the concatenated batch."""
+    ctxs = [mx.cpu(0), mx.cpu(1)]
+    x, y = global_data(1, B, seed=15)
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    for kind in ("trainer", "buckets", "optimizer", "kvstore"):
+        for movers in ("all", "last"):
+            net, ref = pair("moved_%s_%s" % (kind, movers))
+            if kind == "trainer":
+                tr = hvd.DistributedTrainer(net.collect_params(), optimizer("sgd"))
+            elif kind == "buckets":
+                tr = hvd.DistributedTrainer(net.collect_params(), optimizer("sgd"),
+                                            gradient_as_bucket_view=True)
+            elif kind == "optimizer":
+                tr = gluon.Trainer(net.collect_params(),
+                                   hvd.DistributedOptimizer(optimizer("sgd")), kvstore=None)
+            else:
+                tr = gluon.Trainer(net.collect_params(), optimizer("sgd"), kvstore="horovod")
+            batch = B if kind != "kvstore" else x.shape[1]  # the kvstore sums: global batch
+            if movers == "all" or hvd.rank() == hvd.size() - 1:
+                net.collect_params().reset_ctx(ctxs)
+            moved = net.collect_params().list_ctx()
+            xs, ys = shard(x, B)[0], shard(y, B)[0]
+            with autograd.record():  # half of this rank's batch on each context
+                losses = [loss_fn(net(mx.nd.array(xs[k::len(moved)], ctx=c)),
+                                  mx.nd.array(ys[k::len(moved)], ctx=c))
+                          for k, c in enumerate(moved)]
+            autograd.backward(losses)
+            try:
+                tr.step(batch)
+            except ValueError as e:
+                msg = str(e)
+                assert "on 2 contexts" in msg, (kind, movers, msg)
+                assert "%s_%s_dist_dense0_weight" % (kind, movers) in msg, (kind, movers, msg)
+            else:
+                raise AssertionError("%s, moved on %s ranks: no error" % (kind, movers))
+            net.collect_params().reset_ctx(mx.cpu(0))
+            forward_backward(net, loss_fn, xs, ys)
+            tr.step(batch)
+            forward_backward(ref, loss_fn, x[0], y[0])
+            ref_tr = gluon.Trainer(ref.collect_params(), optimizer("sgd"), kvstore=None)
+            ref_tr.step(x.shape[1])
+            assert_close(param_arrays(net), param_arrays(ref), 0.1,
+                         "moved back, %s %s" % (kind, movers))
+            assert_same_on_all_ranks(param_arrays(net), "moved_%s_%s" % (kind, movers))
+
+
 SCENARIOS = {f.__name__: f for f in (
     grad_req_add, clip_between_allreduce_and_update, two_trainers_gan, unwrap_and_type_errors,
     insertion_order_and_null, row_sparse_embedding, row_sparse_optimizer_gluon,
@@ -744,7 +797,8 @@ SCENARIOS = {f.__name__: f for f in (
     optimizer_on_own_device,
     stale_on_some_ranks, stale_on_some_ranks_optimizer, amp_overflow_on_one_rank,
     different_parameters_on_some_ranks, module_different_parameters_on_some_ranks,
-    different_settings_on_some_ranks, optimizer_on_several_contexts_without_kvstore)}
+    different_settings_on_some_ranks, optimizer_on_several_contexts_without_kvstore,
+    parameters_moved_to_more_contexts_after_the_trainer)}
 
 
 if __name__ == "__main__":
