@@ -45,8 +45,9 @@ def init(comm=None, process_sets=None):
             ``add_process_set`` / ``remove_process_set`` later (as
             HOROVOD_DYNAMIC_PROCESS_SETS=1 does).
 
-    Calling ``init`` again while running does nothing; ``init`` after ``shutdown`` starts
-    anew. MPI is finalized at exit, and only if mxhorovod initialized it.
+    Calling ``init`` again while running does nothing (a ``UserWarning`` says so when it is
+    given process sets that are not registered, or a ``comm`` of other ranks than the
+    running job's); ``init`` after ``shutdown`` starts anew. MPI is finalized at exit, and only if mxhorovod initialized it.
 
     On jobs of two or more ranks, an unhandled exception (or a fatal signal) on any rank is
     logged with that rank's number and ends the whole job with a non-zero exit code
@@ -116,6 +117,8 @@ def _init(comm, process_sets):
         # too when this session has other ranks than the last).
         naming.new_session(_session_members(comm, ranks))
     _ps._registered(static)
+    if not starting:
+        _warn_ignored(comm, ranks, static)
     rank_, size_, local_rank_, local_size_ = _core.topology()[:4]
     log.set_rank(rank_)
     failures.install(rank_, size_)
@@ -123,6 +126,29 @@ def _init(comm, process_sets):
         failures.note_to_guard(b"I")
     logger.info("rank %d of %d (local rank %d of %d): pid %d on %s", rank_, size_, local_rank_,
                 local_size_, os.getpid(), socket.gethostname())
+
+
+def _warn_ignored(comm, ranks, static):
+    """init() again while running does nothing (Horovod's rule): says so when the call
+    asked for something this session does not have (another job, process sets), which the
+    script would otherwise find out only later, from a set 'not registered' although it
+    passed it to init(), or a job of other ranks than it asked for."""
+    asked = []
+    unregistered = [p for p in static if p.process_set_id is None]
+    if unregistered:
+        asked.append("the process sets (%s) are not registered"
+                     % ", ".join("ranks %s" % (p.ranks,) if p.ranks is not None
+                                 else "of an mpi4py communicator" for p in unregistered))
+    if comm is not None and naming.session_members() is not None and \
+            _session_members(comm, ranks) != naming.session_members():
+        asked.append("the job keeps its ranks %s of MPI_COMM_WORLD"
+                     % (list(naming.session_members()),))
+    if asked:
+        import warnings
+        warnings.warn("hvd.init() while mxhorovod is running does nothing: %s. Call "
+                      "hvd.shutdown() first to start anew with these arguments (or add the "
+                      "sets with hvd.add_process_set(), with dynamic process sets on)"
+                      % "; ".join(asked), UserWarning, stacklevel=4)
 
 
 def _session_members(comm, ranks):

@@ -77,3 +77,9 @@ def new_session(members):
     else:
         _counters.clear()
     _members = members
+
+
+def session_members():
+    """The MPI_COMM_WORLD ranks of the job of the last ``init()`` (a sorted tuple), or None
+    before the first."""
+    return _members

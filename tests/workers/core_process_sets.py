@@ -200,6 +200,23 @@ again = hvd.add_process_set(target)
 assert again.process_set_id > pair_id and again.size() == len(target)
 hvd.remove_process_set(again)
 
+# init() again while running does nothing (Horovod's rule), and says so when it is given
+# sets this session lacks (before, silently: the set was 'not registered' at its first
+# collective, although the script had passed it to init()); the same sets again are quiet.
+import warnings  # noqa: E402
+now = [list(e[1]) for e in hvd.mpi_ops._core.process_sets() if e[0] != 0]
+late = hvd.ProcessSet(next(c for c in ([k] for k in range(n)) if c not in now))
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    hvd.init()
+    hvd.init(process_sets=[hvd.ProcessSet(ranks) for ranks in now])
+    assert not caught, [str(w.message) for w in caught]
+    hvd.init(process_sets=[late])
+assert late.process_set_id is None, late
+assert len(caught) == 1 and "does nothing: the process sets (ranks %s) are not registered" \
+    % (late.ranks,) in str(caught[0].message), [str(w.message) for w in caught]
+expect_raise(ValueError, ["not registered"], hvd.allreduce, mx.nd.ones(1), process_set=late)
+
 # Still healthy.
 y = hvd.allreduce(mx.nd.ones((2,)), op=hvd.Sum, name="final")
 close(y.asnumpy(), np.full(2, n), "final")
