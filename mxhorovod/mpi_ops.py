@@ -43,6 +43,7 @@ import threading
 import warnings
 
 import mxnet as mx
+from mxnet.base import MXNetError
 import numpy as np
 
 from mxhorovod import _core
@@ -291,6 +292,8 @@ def _allreduce(tensor, output, average, name, priority, prescale_factor, postsca
                                              priority, name, what)
         if output is None:
             output = _empty_like(tensor)
+        else:
+            _check_not_in_graph(tensor, what, name)
     except Exception as e:
         _refuse("allreduce", [name], pid, e)
         raise
@@ -301,7 +304,11 @@ def _allreduce(tensor, output, average, name, priority, prescale_factor, postsca
 
 def allreduce_(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
                postscale_factor=1.0, process_set=global_process_set, op=None):
-    """In-place :func:`allreduce`: ``tensor`` receives the result; returns ``tensor``."""
+    """In-place :func:`allreduce`: ``tensor`` receives the result; returns ``tensor``.
+
+    Not recorded by autograd: inside ``autograd.record()`` an array that is part of the
+    recorded graph is refused (InvalidArgumentError, as MXNet refuses ``x[:] = ...``
+    there); use :func:`allreduce`, which is differentiated."""
     return _allreduce(tensor, tensor, average, name, priority, prescale_factor, postscale_factor,
                       op, process_set, "allreduce_")
 
@@ -321,6 +328,26 @@ def _reduction(op, average, prescale_factor, postscale_factor, priority, name, w
         return Average if op is None else op, 1.0, 1.0, priority
     return (_resolve_op(op, average, what), _factor(prescale_factor, "prescale_factor", name),
             _factor(postscale_factor, "postscale_factor", name), _priority(priority, name))
+
+
+def _check_not_in_graph(tensor, what, name):
+    """Inside ``autograd.record()``, refuses to write a collective's result into an array
+    that is part of the graph being recorded (MXNet refuses ``x[:] = ...`` and ``x += 1``
+    there: 'Assigning to NDArrays that are already in a computational graph'). An in-place
+    collective went past that check: the array changed behind autograd's back, and its
+    gradient ignored the collective (a Sum over n ranks: n times too small), silently."""
+    if not _recording() or not isinstance(tensor, _NDArray):
+        return
+    try:
+        mx.autograd.get_symbol(tensor)  # raises for an array autograd does not track
+    except MXNetError:
+        return
+    raise InvalidArgumentError(
+        "%s '%s': the array is part of the graph that autograd.record() is recording; "
+        "writing the result into it would change it behind autograd's back (its gradient "
+        "would ignore the collective; MXNet refuses in-place assignment there too). Use the "
+        "out-of-place call (hvd.allreduce, hvd.broadcast: differentiated), or call it "
+        "outside autograd.record()" % (what, name))
 
 
 def _check_list(tensors, what, in_place=False):
@@ -380,6 +407,9 @@ def _grouped(tensors, outputs, average, name, priority, prescale_factor, postsca
                                              priority, base, what)
         if outputs is None:
             outputs = [_empty_like(t) for t in tensors]
+        else:
+            for i, t in enumerate(tensors):
+                _check_not_in_graph(t, what, "%s.%d" % (base, i))
     except Exception as e:
         _refuse("allreduce", base, pid, e, _group_size(tensors))
         raise
@@ -413,7 +443,9 @@ def grouped_allreduce_(tensors, average=None, name=None, priority=0, prescale_fa
 
     Raises:
         ValueError: as :func:`grouped_allreduce`, and the same array twice or views of one
-        buffer (``x[0:2]``, ``x[4:6]``) in the list: each is written.
+        buffer (``x[0:2]``, ``x[4:6]``) in the list: each is written; inside
+        ``autograd.record()``, an array that is part of the recorded graph (as
+        :func:`allreduce_`).
     """
     _grouped(tensors, tensors, average, name, priority, prescale_factor, postscale_factor, op,
              "grouped_allreduce_", process_set)
@@ -450,6 +482,8 @@ def _broadcast(tensor, output, root_rank, name, priority, process_set, what):
         priority = _priority(priority, name)
         if output is None:
             output = _empty_like(tensor)
+        else:
+            _check_not_in_graph(tensor, what, name)
     except Exception as e:
         _refuse("broadcast", [name], pid, e)
         raise
@@ -459,7 +493,10 @@ def _broadcast(tensor, output, root_rank, name, priority, process_set, what):
 
 
 def broadcast_(tensor, root_rank, name=None, priority=0, process_set=global_process_set):
-    """In-place :func:`broadcast`: ``tensor`` receives root_rank's values; returns it."""
+    """In-place :func:`broadcast`: ``tensor`` receives root_rank's values; returns it.
+
+    Inside ``autograd.record()`` an array that is part of the recorded graph is refused
+    (InvalidArgumentError), as for :func:`allreduce_`."""
     return _broadcast(tensor, tensor, root_rank, name, priority, process_set, "broadcast_")
 
 

@@ -157,6 +157,55 @@ def not_recorded():
     assert ints.asnumpy().tolist() == [n, n]
 
 
+def in_place_on_recorded_arrays():
+    """allreduce_, broadcast_ and grouped_allreduce_ inside autograd.record() on an array
+    of the graph (a recorded result, a leaf with attach_grad) are refused at the call on
+    the rank that made them, as MXNet refuses x[:] = ... there, and the peers' call of the
+    name fails naming that rank. Before, the result was written behind autograd's back:
+    x.grad was 2 where the Sum over the ranks makes it 2 * n, silently. Arrays autograd
+    does not track (a gradient, a fresh array) are still reduced in place inside record."""
+    calls = (("allreduce_", lambda t, nm: hvd.allreduce_(t, op=hvd.Sum, name=nm)),
+             ("broadcast_", lambda t, nm: hvd.broadcast_(t, 0, name=nm)),
+             ("grouped_allreduce_", lambda t, nm: hvd.grouped_allreduce_([t], name=nm)))
+    for k, (what, call) in enumerate(calls):
+        x = arr(np.ones(2))
+        x.attach_grad()
+        refuser = k % n  # the others submit the call and must fail too, not wait
+        with autograd.record():
+            y = x * 2
+            if r == refuser:
+                try:
+                    call(y if k != 1 else x, "inplace.%d" % k)
+                except ValueError as e:
+                    assert "part of the graph that autograd.record() is recording" in str(e), e
+                    assert what in str(e) and "inplace.%d" % k in str(e), e
+                else:
+                    raise AssertionError("%s of a recorded array accepted" % what)
+            else:
+                try:
+                    call(mx.nd.ones((2,)) if not NP else mx.np.ones((2,)), "inplace.%d" % k)
+                    mx.nd.waitall()
+                except mx.base.MXNetError as e:
+                    assert "failed on rank %d" % refuser in str(e), e
+                else:
+                    raise AssertionError("the peers of a refused %s went on" % what)
+            loss = (y * arr([1.0, 2.0])).sum()
+        loss.backward()
+        check(what + " refused, gradient", x.grad, [2.0, 4.0])
+    x = arr(np.ones(2))
+    x.attach_grad()
+    with autograd.record():
+        fresh = arr(np.ones(2)) * (r + 1)  # no input autograd tracks: not in the graph
+        hvd.allreduce_(fresh, op=hvd.Sum, name="inplace.fresh")
+        loss = (x * fresh).sum()
+    loss.backward()
+    check("in place on a fresh array", x.grad, np.full(2, n * (n + 1) / 2))
+    g = x.grad
+    with autograd.record():  # a gradient is not in the graph either
+        hvd.allreduce_(g, op=hvd.Sum, name="inplace.grad")
+    check("in place on a gradient", g, np.full(2, n * n * (n + 1) / 2))
+
+
 def centred(net, x, distributed):
     """Dense, then minus the mean of its outputs over the whole batch (every rank's rows)."""
     h = net(x)
@@ -198,7 +247,7 @@ def synced_centring_trains_as_one_process():
 
 
 for scenario in (allreduce_ops, allgather_uneven, broadcast_root, reducescatter_and_alltoall,
-                 alltoall_to_rank0, scalar_loss, accumulated_leaf, not_recorded,
+                 alltoall_to_rank0, scalar_loss, accumulated_leaf, not_recorded, in_place_on_recorded_arrays,
                  synced_centring_trains_as_one_process):
     scenario()
 mx.nd.waitall()
