@@ -143,6 +143,7 @@ def test_plan_fusion_groups_by_key_within_threshold():
     ("HOROVOD_CYCLE_TIME", "1e9", "minute"),
     ("HOROVOD_CYCLE_TIME", "nan", "not a non-negative number"),
     ("HOROVOD_CYCLE_TIME", "inf", "not a non-negative number"),
+    ("HOROVOD_FUSION_THRESHOLD", "1e30", "HOROVOD_FUSION_THRESHOLD='1e30' is above the largest"),
     ("MXHOROVOD_BLOCKING_DATA", "0.5", "not a boolean"),
     ("MXHOROVOD_BLOCKING_DATA", "garbage", "not a boolean"),
     ("MXHOROVOD_CMA", "maybe", "MXHOROVOD_CMA='maybe' is not a boolean"),

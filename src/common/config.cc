@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <stdexcept>
 
 namespace mxhorovod {
@@ -13,8 +14,12 @@ double EnvNumber(const char* name, double fallback) {
   double d = std::strtod(v, &end);
   const bool converted = end != v;
   while (std::isspace((unsigned char)*end)) ++end;  // " 5" and "5 " alike (strtod skips leading)
-  if (!converted || *end != '\0' || !(d >= 0) || d > 1e15) {  // also refuses nan and inf
+  if (!converted || *end != '\0' || !(d >= 0) || !std::isfinite(d)) {  // nan, inf too
     throw std::invalid_argument(std::string(name) + "='" + v + "' is not a non-negative number");
+  }
+  if (d > 1e15) {  // a number, only too large: say so (it was "not a non-negative number")
+    throw std::invalid_argument(std::string(name) + "='" + v +
+                                "' is above the largest value taken, 1e15");
   }
   return d;
 }
