@@ -140,6 +140,24 @@ def agreed_amp_overflow(trainer, name, process_set=global_process_set):
         del scaler.has_overflow
 
 
+def _refuse_sparse(trainer):
+    """A Trainer over kvstore 'horovod' with sparse parameters: MXNet refuses any custom
+    kvstore there, saying 'Cannot use <class ...Horovod> for multi-device training with
+    sparse gradients' (also on one device, and naming no parameter). Says which parameters
+    and what trains them instead."""
+    sparse = [p.name for p in trainer._params
+              if p._grad_stype != "default" or p._stype != "default"]
+    if sparse:
+        raise ValueError(
+            "gluon.Trainer over kvstore 'horovod': parameter %s %s a row_sparse gradient or "
+            "weight (Embedding(sparse_grad=True)?), which MXNet does not let a custom kvstore "
+            "reduce. Use hvd.DistributedTrainer, or a gluon.Trainer with "
+            "hvd.DistributedOptimizer and kvstore=None: both average row_sparse gradients"
+            % (", ".join("'%s'" % n for n in sparse[:4]) +
+               (", ... (%d in all)" % len(sparse) if len(sparse) > 4 else ""),
+               "has" if len(sparse) == 1 else "have"))
+
+
 def _agreement(trainer, what="fresh"):
     """(collective name for ``what``, process set, its size) for a plain ``gluon.Trainer``
     whose ranks must agree (on fresh gradients, on batch sizes), or None: a Trainer over
@@ -154,6 +172,7 @@ def _agreement(trainer, what="fresh"):
     config = getattr(trainer, "_kvstore_params", {}).get("kvstore")
     if isinstance(config, Horovod) or (isinstance(config, str) and config.lower() == "horovod"):
         if not trainer._kv_initialized:
+            _refuse_sparse(trainer)
             trainer._init_kvstore()
         store = trainer._kvstore
         if isinstance(store, Horovod) and store.num_workers > 1:

@@ -203,18 +203,21 @@ def refused():
     except ValueError as e:
         assert "update_on_kvstore=False" in str(e), e
 
-    # Sparse gradients: MXNet refuses any custom kvstore there.
-    emb = gluon.nn.Embedding(10, 4, sparse_grad=True)
-    emb.initialize()
-    trainer = gluon.Trainer(emb.collect_params(), "sgd", kvstore="horovod")
-    with autograd.record():
-        loss = emb(mx.nd.array([1, 2])).sum()
-    loss.backward()
-    try:
-        trainer.step(2)
-        raise AssertionError("sparse gradients accepted")
-    except ValueError as e:
-        assert "Horovod" in str(e) and "sparse" in str(e), e
+    # Sparse gradients: MXNet refuses any custom kvstore there, naming no parameter and
+    # speaking of "multi-device training"; the error names the parameter and what to use.
+    for store in ("horovod", mx.kv.create("horovod")):
+        emb = gluon.nn.Embedding(10, 4, sparse_grad=True, prefix="sparse_emb_")
+        emb.initialize()
+        trainer = gluon.Trainer(emb.collect_params(), "sgd", kvstore=store)
+        with autograd.record():
+            loss = emb(mx.nd.array([1, 2])).sum()
+        loss.backward()
+        try:
+            trainer.step(2)
+            raise AssertionError("sparse gradients accepted")
+        except ValueError as e:
+            assert "parameter 'sparse_emb_weight' has a row_sparse gradient" in str(e), e
+            assert "hvd.DistributedTrainer" in str(e), e
 
     # Module: kvstore='horovod' stops at init_optimizer, naming the way that works.
     data = mx.sym.Variable("data")
