@@ -124,7 +124,9 @@ class LayoutCheck(object):
         self.check_rows(tuple(map(_quick, params)), make_rows, name, process_set, label,
                         settings)
         if contexts is not None and rows:  # checked now: the rows agree on every rank
-            other = [(i, r) for i, r in enumerate(rows) if len(r) > 5 and r[5] != contexts]
+            # 0: never initialized, which the step itself reports (MXNet's RuntimeError).
+            other = [(i, r) for i, r in enumerate(rows)
+                     if len(r) > 5 and r[5] and r[5] != contexts]
             if other:
                 self._last = None  # refused again at the next step
                 raise ValueError(
