@@ -47,7 +47,8 @@ def init(comm=None, process_sets=None):
 
     Calling ``init`` again while running does nothing (a ``UserWarning`` says so when it is
     given process sets that are not registered, or a ``comm`` of other ranks than the
-    running job's); ``init`` after ``shutdown`` starts anew. MPI is finalized at exit, and only if mxhorovod initialized it.
+    running job's); ``init`` after ``shutdown`` starts anew. MPI is finalized at exit, and
+    only if mxhorovod initialized it.
 
     On jobs of two or more ranks, an unhandled exception (or a fatal signal) on any rank is
     logged with that rank's number and ends the whole job with a non-zero exit code
