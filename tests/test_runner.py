@@ -728,13 +728,16 @@ def test_end_to_end_stdin_goes_to_rank_0_and_the_others_read_its_end():
 
 @pytest.mark.parametrize("opt_out", [["--no-rank-guard"], ["MXHOROVOD_RANK_GUARD=0"]])
 def test_end_to_end_rank_guard_turned_off_runs_as_before(opt_out):
-    # The same job without the guard: mpirun's own outcome, exit status 0 and no word.
+    # The same job without the guard: mpirun's own outcome, no word of the guard. Hydra's
+    # outcome is a race of its own: as a rule exit status 0 and nothing printed, now and then
+    # (1 fresh-clone CI run) its "BAD TERMINATION ... EXIT CODE: 9" banner and status 9.
     flags = [a for a in opt_out if a.startswith("--")]
     env = dict(a.split("=", 1) for a in opt_out if "=" in a)
     proc = launcher(["-np", "2"] + flags + [sys.executable,
                                             os.path.join(WORKERS, "exit_without_finalize.py"),
                                             "os_exit"], env=env, timeout=120)
-    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert proc.returncode in (0, 9), proc.stdout[-3000:]
+    assert "mxhorovod: rank" not in proc.stdout, proc.stdout[-3000:]
     assert "without finalizing" not in proc.stdout and "RANK 0 OK" not in proc.stdout, \
         proc.stdout[-3000:]
 
