@@ -292,7 +292,7 @@ def _allreduce(tensor, output, average, name, priority, prescale_factor, postsca
                                              priority, name, what)
         if output is None:
             output = _empty_like(tensor)
-        else:
+        elif _recording():  # one C call per in-place call when nothing records
             _check_not_in_graph(tensor, what, name)
     except Exception as e:
         _refuse("allreduce", [name], pid, e)
@@ -331,12 +331,12 @@ def _reduction(op, average, prescale_factor, postscale_factor, priority, name, w
 
 
 def _check_not_in_graph(tensor, what, name):
-    """Inside ``autograd.record()``, refuses to write a collective's result into an array
+    """Called inside ``autograd.record()`` (the callers test it first): refuses to write a collective's result into an array
     that is part of the graph being recorded (MXNet refuses ``x[:] = ...`` and ``x += 1``
     there: 'Assigning to NDArrays that are already in a computational graph'). An in-place
     collective went past that check: the array changed behind autograd's back, and its
     gradient ignored the collective (a Sum over n ranks: n times too small), silently."""
-    if not _recording() or not isinstance(tensor, _NDArray):
+    if not isinstance(tensor, _NDArray):
         return
     try:
         mx.autograd.get_symbol(tensor)  # raises for an array autograd does not track
@@ -407,7 +407,7 @@ def _grouped(tensors, outputs, average, name, priority, prescale_factor, postsca
                                              priority, base, what)
         if outputs is None:
             outputs = [_empty_like(t) for t in tensors]
-        elif _recording():  # once per call: per tensor, 0.25 ms per 1,000 (5% of a step)
+        elif _recording():  # once per call, not per tensor (0.25 ms per 1,000)
             for i, t in enumerate(tensors):
                 _check_not_in_graph(t, what, "%s.%d" % (base, i))
     except Exception as e:
@@ -482,7 +482,7 @@ def _broadcast(tensor, output, root_rank, name, priority, process_set, what):
         priority = _priority(priority, name)
         if output is None:
             output = _empty_like(tensor)
-        else:
+        elif _recording():  # one C call per in-place call when nothing records
             _check_not_in_graph(tensor, what, name)
     except Exception as e:
         _refuse("broadcast", [name], pid, e)
