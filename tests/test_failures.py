@@ -62,7 +62,7 @@ def test_a_forked_child_failing_before_init_with_mpi4py_ends_alone():
     run_ranks(3, "exit_before_init_mpi4py.py", ["child"], timeout=90)
 
 
-@pytest.mark.parametrize("mode", ["exception", "sigterm"])
+@pytest.mark.parametrize("mode", ["exception", "sigterm", "segfault", "segfault_stuck"])
 def test_a_job_ended_by_a_dead_rank_leaves_no_mpich_files_in_dev_shm(mode):
     # MPICH unlinks its shared-memory segment at MPI_Finalize only: each job ended by
     # MPI_Abort (or a rank dying of a signal) left a file of about 1 MB per rank in /dev/shm
@@ -106,6 +106,15 @@ def test_segfault_names_the_rank_and_keeps_mxnets_report():
     out, pid = _died("segfault", np_=2)
     assert "[1]<error> mxhorovod: rank 1 (pid %d on " % pid in out and "got SIGSEGV" in out, out
     assert "Segmentation fault" in out, out
+
+
+def test_segfault_whose_crash_handler_never_ends_still_ends_the_job():
+    # MXNet's handler calls exit(); an exit handler that waits forever kept rank 1 alive, so
+    # mpirun never ended the job (CI, once: 120 s of rank 0 waiting). The watchdog ends it.
+    out, pid = _died("segfault_stuck", np_=2)
+    assert "Segmentation fault" in out, out
+    assert re.search(r"^\[1\]<error> mxhorovod: rank 1 \(pid %d on \S+\) still runs 10 s after "
+                     r"its fatal signal: the crash handler .* is stuck" % pid, out, re.M), out
 
 
 def test_sigkill_ends_the_job():

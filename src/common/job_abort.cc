@@ -42,6 +42,21 @@ Report g_reports[] = {
 
 pid_t g_rank_pid = 0;  // the rank's process; a forked child inherits the handlers
 
+// The crash-handler watchdog. The handler that ran before ours may not end the process:
+// MXNet's (SIGSEGV) prints its report and calls exit(), which runs every library's exit
+// handlers and destructors while the other threads (engine workers, our background thread,
+// MPI's) still run and may hold the locks those need; a rank stuck there never closes its
+// connection to mpirun, so the launcher never ends the job and every other rank waits
+// forever (seen once in CI: the segfault test's rank 1 printed MXNet's report, then nothing,
+// for 120 s). So the first fatal signal arms alarm(kStuckLimitS); if the process still runs
+// then, the SIGALRM handler says so and ends it by _exit(128 + signal).
+const unsigned kStuckLimitS = 10;
+volatile sig_atomic_t g_dying_of = 0;  // the first fatal signal, once the watchdog is armed
+char g_stuck_line[400];
+size_t g_stuck_len = 0;
+char g_stuck_child_line[400];
+size_t g_stuck_child_len = 0;
+
 // MPICH keeps its shared-memory segments (/dev/shm/mpich_shm_*, about 1 MB per local rank)
 // linked until MPI_Finalize. A job ended by MPI_Abort, or by a rank dying of a signal, never
 // gets there, so each left one file per host in /dev/shm, a tmpfs whose files hold RAM
@@ -84,6 +99,35 @@ void UnlinkMPIShm() {
   ::close(fd);
 }
 
+void OnStuck(int) {
+  const bool rank = getpid() == g_rank_pid;
+  const char* line = rank ? g_stuck_line : g_stuck_child_line;
+  size_t len = rank ? g_stuck_len : g_stuck_child_len;
+  if (len) {
+    ssize_t ignored = ::write(2, line, len);
+    (void)ignored;
+  }
+  _exit(128 + g_dying_of);
+}
+
+// Arms the watchdog once per process (a previous handler that returns on a fault that
+// recurs, as a Python-level SIGSEGV handler does, calls ours again and again).
+// Async-signal-safe: sigaction, sigprocmask and alarm only.
+void ArmStuckWatchdog(int sig) {
+  if (g_dying_of) return;
+  g_dying_of = sig;
+  struct sigaction on_alarm;
+  std::memset(&on_alarm, 0, sizeof(on_alarm));
+  on_alarm.sa_handler = &OnStuck;
+  sigemptyset(&on_alarm.sa_mask);
+  sigaction(SIGALRM, &on_alarm, nullptr);
+  sigset_t alarm_only;
+  sigemptyset(&alarm_only);
+  sigaddset(&alarm_only, SIGALRM);
+  sigprocmask(SIG_UNBLOCK, &alarm_only, nullptr);  // this thread at least takes it
+  alarm(kStuckLimitS);
+}
+
 void OnFatalSignal(int sig, siginfo_t* info, void* context) {
   for (auto& r : g_reports) {
     if (r.sig != sig) continue;
@@ -101,6 +145,9 @@ void OnFatalSignal(int sig, siginfo_t* info, void* context) {
       (void)ignored;
     }
     const struct sigaction& prev = r.previous;
+    // The process ends now, whatever the previous handler does (the watchdog sees to it).
+    ArmStuckWatchdog(sig);
+    UnlinkMPIShm();
     if (prev.sa_flags & SA_SIGINFO) {
       if (prev.sa_sigaction) prev.sa_sigaction(sig, info, context);
       return;
@@ -110,8 +157,6 @@ void OnFatalSignal(int sig, siginfo_t* info, void* context) {
       return;
     }
     // Default action: die of this signal once the handler returns (it is blocked until then).
-    // Only here is it sure the process dies (a previous handler may let it go on).
-    UnlinkMPIShm();
     signal(sig, SIG_DFL);
     raise(sig);
     return;
@@ -136,6 +181,21 @@ void PrepareLines(int rank) {
                       rank, rank, (int)g_rank_pid, host, r.name);
     r.child_len = n > 0 ? std::min<size_t>((size_t)n, sizeof(r.child_line) - 1) : 0;
   }
+  g_stuck_len = g_stuck_child_len = 0;
+  if (!LogEnabled(LogLevel::kError)) return;
+  int n = std::snprintf(g_stuck_line, sizeof(g_stuck_line),
+                        "[%d]<error> mxhorovod: rank %d (pid %d on %s) still runs %u s after its "
+                        "fatal signal: the crash handler that ran after mxhorovod's is stuck "
+                        "(MXNet's calls exit(), whose exit handlers can wait forever on locks "
+                        "that other threads hold); ending it (exit code 128 + the signal)\n",
+                        rank, rank, (int)g_rank_pid, host, kStuckLimitS);
+  g_stuck_len = n > 0 ? std::min<size_t>((size_t)n, sizeof(g_stuck_line) - 1) : 0;
+  n = std::snprintf(g_stuck_child_line, sizeof(g_stuck_child_line),
+                    "[%d]<error> mxhorovod: a process forked by rank %d (pid %d on %s) still runs "
+                    "%u s after its fatal signal: the crash handler that ran after mxhorovod's "
+                    "is stuck; ending that process (exit code 128 + the signal)\n",
+                    rank, rank, (int)g_rank_pid, host, kStuckLimitS);
+  g_stuck_child_len = n > 0 ? std::min<size_t>((size_t)n, sizeof(g_stuck_child_line) - 1) : 0;
 }
 
 // Waits (up to limit_ms) until the launcher has read what this process wrote to stdout and

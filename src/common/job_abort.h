@@ -7,7 +7,9 @@
 //   AbortJob, as `python -m mpi4py` does;
 // - a fatal signal (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, and SIGTERM when nobody handles
 //   it): InstallSignalReports' handler writes the line, then the previous handler (MXNet's
-//   stack trace, faulthandler) or the default action runs, so the process still dies of it.
+//   stack trace, faulthandler) or the default action runs, so the process still dies of it;
+//   a process still running 10 s later (MXNet's handler calls exit(), whose exit handlers
+//   can wait forever) is ended by _exit(128 + signal), with a line saying so.
 // SIGKILL cannot be caught: mxhorovod/rank_guard.py (a parent process) names such a rank.
 #ifndef MXHOROVOD_COMMON_JOB_ABORT_H_
 #define MXHOROVOD_COMMON_JOB_ABORT_H_

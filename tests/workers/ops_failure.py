@@ -1,5 +1,5 @@
 """One rank dies mid-training (argv[1]: 'exception', 'long_exception' (a 60 KB message, most
-of a pipe's buffer, ending in END OF MESSAGE), 'sigterm', 'sigkill' or 'segfault' on rank argv[2]); the others keep training and would wait forever in the next allreduce. The test
+of a pipe's buffer, ending in END OF MESSAGE), 'sigterm', 'sigkill', 'segfault' or 'segfault_stuck' (MXNet's handler's exit() never ends) on rank argv[2]); the others keep training and would wait forever in the next allreduce. The test
 checks that the job ends at once with a non-zero exit code and names the dead rank. No rank
 may print RANK <r> OK."""
 import ctypes
@@ -41,7 +41,13 @@ while time.time() - t0 < 600:  # bounded, far beyond the test's timeout
             raise RuntimeError("boom on rank %d" % r)
         if mode == "long_exception":
             raise RuntimeError("boom on rank %d: %s END OF MESSAGE" % (r, "x" * 60000))
-        if mode == "segfault":
+        if mode == "segfault_stuck":
+            # MXNet's SIGSEGV handler calls exit(); an exit handler that never returns (one
+            # waiting on a lock another thread holds) kept the rank alive and the job hung.
+            libc = ctypes.CDLL(None)
+            libc.__cxa_atexit(ctypes.c_void_p(ctypes.cast(libc.pause, ctypes.c_void_p).value),
+                              None, None)
+        if mode.startswith("segfault"):
             ctypes.string_at(0)  # reads address 0: SIGSEGV (MXNet has its own handler too)
         os.kill(os.getpid(), signal.SIGTERM if mode == "sigterm" else signal.SIGKILL)
         time.sleep(30)
