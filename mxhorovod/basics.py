@@ -198,18 +198,33 @@ _mp_hook_pid = None  # the multiprocessing child whose exit runs _at_exit (see b
 def _finalize_in_multiprocessing_child():
     """In a process that ``multiprocessing`` started (a forked child that forms the job,
     or calls init() and is refused), registers :func:`_at_exit` to run when the process
-    ends. Its ``Process`` ends with ``os._exit()``, which skips atexit handlers, so MPI was
-    never finalized there: MPICH's launcher may then kill the job's other ranks (SIGKILL)
-    and mxhorovodrun's rank guard fails the job ("exited ... without finalizing it"),
-    although the script did nothing wrong. A process forked by ``os.fork()`` that ends by
-    ``os._exit()`` must call ``hvd.shutdown()`` itself."""
+    ends. Its ``Process`` ends with ``os._exit()``, which skips atexit handlers and C exit
+    handlers: MPI was never finalized there, nor the launcher told (MPICH does that in a C
+    exit handler, see :mod:`mxhorovod.launcher_connection`), so MPICH's launcher killed the
+    job's other ranks (SIGKILL, often silently) when the rank exited, and mxhorovodrun's
+    rank guard failed the job ("exited ... without finalizing it"), although the script did
+    nothing wrong. A process forked by ``os.fork()`` that started MPI must end by
+    ``sys.exit()`` (or return), not ``os._exit()``."""
     global _mp_hook_pid
     mp = sys.modules.get("multiprocessing")
     if mp is None or _mp_hook_pid == os.getpid() or mp.parent_process() is None:
         return
     import multiprocessing.util
-    multiprocessing.util.Finalize(None, _at_exit, exitpriority=0)
+    multiprocessing.util.Finalize(None, _at_exit_of_multiprocessing_child, exitpriority=0)
     _mp_hook_pid = os.getpid()
+
+
+def _at_exit_of_multiprocessing_child():
+    """:func:`_at_exit`, then, if it finalized MPI, the word to the launcher that MPICH's C
+    exit handler would have said (the process ends by ``os._exit()``)."""
+    if not _at_exit():
+        return
+    from . import launcher_connection
+    failed = launcher_connection.finalize()
+    if failed:
+        logging.getLogger("mxhorovod").warning(
+            "a multiprocessing child that finalized MPI could not tell the launcher so (%s): "
+            "it may take this process for crashed and end the job", failed)
 
 
 _exited_pid = None  # the process whose _at_exit ran
@@ -224,15 +239,17 @@ def _at_exit():
     shut down" when rank 1 finished first). So a normal exit first waits for them, while
     they keep completing (it gives up after 10 s, or the stall check time if shorter,
     without one completing: a peer blocked in a collective this rank never calls). Not
-    after an uncaught exception: the job is failing, and the peers should hear so at once."""
+    after an uncaught exception: the job is failing, and the peers should hear so at once.
+    Returns whether it finalized MPI (started by mxhorovod in this process)."""
     global _exited_pid
     if _exited_pid == os.getpid():  # a multiprocessing child's hook ran, and now atexit's
-        return
+        return False
     _exited_pid = os.getpid()
     if getattr(sys, "last_value", None) is None:
         _let_called_collectives_run("exit")
-    _core.finalize_mpi()
+    finalized = _core.finalize_mpi()
     failures.note_to_guard(b"E")
+    return finalized
 
 
 def _let_called_collectives_run(what):

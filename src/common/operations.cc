@@ -865,12 +865,14 @@ void Shutdown() {
   st.topo = Topology();
 }
 
-void FinalizeMPI() {
-  if (ForkedChild()) return;
+bool FinalizeMPI() {
+  if (ForkedChild()) return false;
   Shutdown();
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (S().we_initialized_mpi && !finalized) MPI_Finalize();
+  if (!S().we_initialized_mpi || finalized) return false;
+  MPI_Finalize();
+  return true;
 }
 
 bool IsInitialized() { return S().running.load(); }

@@ -34,8 +34,9 @@ bool WaitLocalWork();
 // Agrees with the peers to stop, fails what is pending, joins the thread. Idempotent.
 // Shutdown and FinalizeMPI do nothing in a child forked after init().
 void Shutdown();
-// MPI_Finalize, if this library called MPI_Init and MPI is not finalized yet (at exit).
-void FinalizeMPI();
+// MPI_Finalize, if this library called MPI_Init and MPI is not finalized yet (at exit);
+// returns whether it did.
+bool FinalizeMPI();
 bool IsInitialized();
 // Why the last run stopped (empty if shutdown() was called here), for error messages.
 std::string StopReason();

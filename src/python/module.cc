@@ -139,7 +139,8 @@ PYBIND11_MODULE(_core, m) {
         py::arg("process_sets") = std::vector<std::vector<int>>(), py::arg("dynamic") = false);
   m.attr("WORLD_COMM") = kWorldComm;
   m.def("shutdown", [] { py::gil_scoped_release nogil; Shutdown(); });
-  m.def("finalize_mpi", [] { py::gil_scoped_release nogil; FinalizeMPI(); });
+  m.def("finalize_mpi", [] { py::gil_scoped_release nogil; return FinalizeMPI(); },
+        "MPI_Finalize if mxhorovod started MPI here and it still runs; whether it did");
   m.def("wait_local_work", [] { py::gil_scoped_release nogil; return WaitLocalWork(); });
   m.def("is_initialized", &IsInitialized);
   m.def("is_recording", &mx::AutogradIsRecording, "mx.autograd.is_recording(), without ctypes");

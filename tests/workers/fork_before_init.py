@@ -7,11 +7,12 @@ parent_first: the rank forks a child (multiprocessing, 'fork'), calls hvd.init()
     collective, then lets the child call hvd.init(): the child's init() raises, the rank's
     job goes on.
 child_first: the forked child calls hvd.init() and a collective (the children form the
-    job), exits; then the rank's own init() raises.
+    job), exits; then the rank's own init() raises. The last rank ends 2 s after the others.
 Prints RANK <r> OK."""
 import multiprocessing as mp
 import os
 import sys
+import time
 
 import mxnet as mx
 
@@ -61,4 +62,9 @@ else:
         assert "already used to start MPI by process %d (since exited)" % proc.pid in str(e), str(e)
     else:
         raise AssertionError("the rank's init() started MPI a second time")
+    if world_rank == world_size - 1:
+        # The last rank ends 2 s after the others: when the first rank exited, mpirun took
+        # it for crashed (its child ended by os._exit() without telling mpirun that MPI was
+        # finalized) and killed this one by SIGKILL, before it printed OK.
+        time.sleep(2)
 print("RANK %d OK" % world_rank, flush=True)
