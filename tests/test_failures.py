@@ -117,6 +117,14 @@ def test_segfault_whose_crash_handler_never_ends_still_ends_the_job():
                      r"its fatal signal: the crash handler .* is stuck" % pid, out, re.M), out
 
 
+@pytest.mark.parametrize("sig", ["SIGABRT", "SIGBUS"])
+def test_a_signal_the_script_handles_leaves_the_rank_running(sig):
+    # A Python handler set before init() returns from os.kill(pid, SIGABRT): the rank went
+    # on, but mxhorovod said it died, and its watchdog ended it 10 s later (exit 134).
+    out = run_ranks(2, "handled_signal.py", [sig], timeout=120).stdout
+    assert "mxhorovod: rank 1" not in out and "still runs" not in out, out
+
+
 def test_sigkill_ends_the_job():
     # SIGKILL cannot be caught and the process says nothing. mpirun's banner names a pid of
     # the job, not always the killed one (it may name a rank it killed while cleaning up):

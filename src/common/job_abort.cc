@@ -128,9 +128,38 @@ void ArmStuckWatchdog(int sig) {
   alarm(kStuckLimitS);
 }
 
+// A signal sent by a process (kill(), raise(), os.kill(), os.abort(), sigqueue()), not
+// raised by the kernel for a fault of this process: a handler that returns from it lets
+// the process go on, as it chose to.
+bool SentByAProcess(const siginfo_t* info) { return info && info->si_code <= 0; }
+
+// CPython's C handler for every Python-level signal handler (it sets a flag for the
+// interpreter to call the Python function, and returns). Learned from SIGINT, which Python
+// handles from its start (default_int_handler); null when it does not.
+void (*g_python_handler)(int) = nullptr;
+
+void LearnPythonHandler() {
+  struct sigaction on_int;
+  if (sigaction(SIGINT, nullptr, &on_int) != 0 || (on_int.sa_flags & SA_SIGINFO)) return;
+  if (!g_python_handler && on_int.sa_handler != SIG_DFL && on_int.sa_handler != SIG_IGN) {
+    g_python_handler = on_int.sa_handler;
+  }
+}
+
 void OnFatalSignal(int sig, siginfo_t* info, void* context) {
   for (auto& r : g_reports) {
     if (r.sig != sig) continue;
+    const struct sigaction& prev = r.previous;
+    if (g_python_handler && !(prev.sa_flags & SA_SIGINFO) &&
+        prev.sa_handler == g_python_handler && SentByAProcess(info)) {
+      // The script's Python handler (set before init()) decides: it returns, and the
+      // process goes on unless the Python function ends it. It must not be said to die,
+      // nor be ended 10 s later by the watchdog (it was: os.kill(pid, SIGABRT) with a
+      // handler that logs it ended a healthy rank with 134). A fault (si_code > 0) recurs
+      // when the handler returns: that takes the path below.
+      prev.sa_handler(sig);
+      return;
+    }
     // getpid() is async-signal-safe. A child forked after init() (a DataLoader worker, which
     // its pool ends with SIGTERM as a matter of course) is not the rank: it must not claim
     // that the rank dies and the launcher ends the job. SIGTERM there is silent; the fatal
@@ -144,7 +173,6 @@ void OnFatalSignal(int sig, siginfo_t* info, void* context) {
       ssize_t ignored = ::write(2, r.line, r.len);
       (void)ignored;
     }
-    const struct sigaction& prev = r.previous;
     // The process ends now, whatever the previous handler does (the watchdog sees to it).
     ArmStuckWatchdog(sig);
     UnlinkMPIShm();
@@ -245,6 +273,7 @@ void InstallSignalReports(int rank) {
   // Lines are rebuilt before the handlers are (re)installed; a signal arriving in between
   // may print the previous rank's line, which is the same process.
   PrepareLines(rank);
+  LearnPythonHandler();
   for (auto& r : g_reports) {
     if (r.installed) continue;
     struct sigaction current;
