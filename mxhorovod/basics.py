@@ -123,6 +123,7 @@ def _init(comm, process_sets):
     rank_, size_, local_rank_, local_size_ = _core.topology()[:4]
     log.set_rank(rank_)
     failures.install(rank_, size_)
+    _end_by_sigterm_in_multiprocessing_child()
     if size_ > 1:  # mpirun kills the peers when this rank ends without finalizing MPI
         failures.note_to_guard(b"I")
     logger.info("rank %d of %d (local rank %d of %d): pid %d on %s", rank_, size_, local_rank_,
@@ -212,6 +213,39 @@ def _finalize_in_multiprocessing_child():
     import multiprocessing.util
     multiprocessing.util.Finalize(None, _at_exit_of_multiprocessing_child, exitpriority=0)
     _mp_hook_pid = os.getpid()
+
+
+def _end_by_sigterm_in_multiprocessing_child():
+    """In a ``multiprocessing`` child that formed the job: SIGTERM (``Process.terminate()``,
+    and ``Pool.terminate()``, which a ``with Pool() as p:`` block calls at its end, on
+    workers that wait for tasks) ends it as ``sys.exit()`` does, so that its exit finalizes
+    MPI and tells the launcher. It died of the signal: mpirun took the rank for crashed
+    and killed the job's other ranks by SIGKILL, silently, with exit status 0 (a Pool worker
+    that called hvd.init(), ended by ``with Pool(1) as p:``). Only where SIGTERM has its
+    default action, from the main thread, and in this process: a process it forks dies of
+    SIGTERM as before."""
+    import signal
+    if _mp_hook_pid != os.getpid() or threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:  # the script's (or not Python's)
+        return
+    import multiprocessing.util
+    pid = os.getpid()
+    ending = []
+
+    def on_sigterm(sig, frame):
+        if os.getpid() != pid:  # a child forked later: dies of it, as by default
+            signal.signal(sig, signal.SIG_DFL)
+            os.kill(os.getpid(), sig)
+            return
+        # Already ending (a Pool worker that got its sentinel, then the SIGTERM): raising
+        # now would cut its exit short before it told the launcher (seen: the job killed).
+        if ending or _exited_pid == pid or getattr(multiprocessing.util, "_exiting", False):
+            return
+        ending.append(sig)
+        raise SystemExit(128 + sig)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
 
 
 def _at_exit_of_multiprocessing_child():

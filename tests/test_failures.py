@@ -350,6 +350,15 @@ def test_a_process_forked_before_init_cannot_start_mpi_twice_on_one_rank(mode):
     run_ranks(2, "fork_before_init.py", [mode], timeout=120, prefix=[sys.executable, GUARD])
 
 
+@pytest.mark.parametrize("np_,guard", [(2, False), (3, False), (2, True)])
+def test_a_pool_worker_that_formed_the_job_ends_it_cleanly_at_the_pools_end(np_, guard):
+    # A `with Pool(1) as p:` block ends its worker by SIGTERM (Pool.terminate()): the worker
+    # that called hvd.init() died of it without telling mpirun that MPI was finalized, and
+    # mpirun killed the other ranks by SIGKILL (the last one, 2 s later: no OK), exit 0.
+    run_ranks(np_, "pool_forms_the_job.py", timeout=120,
+              prefix=[sys.executable, GUARD] if guard else [])
+
+
 def test_a_forked_child_that_fails_ends_alone_and_is_not_called_the_rank():
     # A DataLoader's pool ends its workers by SIGTERM: each printed "rank 1 (pid <the
     # rank's>) got SIGTERM; it dies of it and the launcher ends the job". An unhandled
