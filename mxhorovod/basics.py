@@ -223,7 +223,8 @@ def _end_by_sigterm_in_multiprocessing_child():
     and killed the job's other ranks by SIGKILL, silently, with exit status 0 (a Pool worker
     that called hvd.init(), ended by ``with Pool(1) as p:``). Only where SIGTERM has its
     default action, from the main thread, and in this process: a process it forks dies of
-    SIGTERM as before."""
+    SIGTERM as before. Python runs the handler between bytecodes: a child inside a long C
+    call (a wait on a collective) ends when that call returns, not at once."""
     import signal
     if _mp_hook_pid != os.getpid() or threading.current_thread() is not threading.main_thread():
         return
