@@ -241,7 +241,7 @@ def _end_by_sigterm_in_multiprocessing_child():
             return
         # Already ending (a Pool worker that got its sentinel, then the SIGTERM): raising
         # now would cut its exit short before it told the launcher (seen: the job killed).
-        if ending or _exited_pid == pid or getattr(multiprocessing.util, "_exiting", False):
+        if ending or getattr(multiprocessing.util, "_exiting", False):
             return
         ending.append(sig)
         raise SystemExit(128 + sig)

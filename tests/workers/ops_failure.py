@@ -45,8 +45,7 @@ while time.time() - t0 < 600:  # bounded, far beyond the test's timeout
             # MXNet's SIGSEGV handler calls exit(); an exit handler that never returns (one
             # waiting on a lock another thread holds) kept the rank alive and the job hung.
             libc = ctypes.CDLL(None)
-            libc.__cxa_atexit(ctypes.c_void_p(ctypes.cast(libc.pause, ctypes.c_void_p).value),
-                              None, None)
+            libc.__cxa_atexit(ctypes.cast(libc.pause, ctypes.c_void_p), None, None)
         if mode.startswith("segfault"):
             ctypes.string_at(0)  # reads address 0: SIGSEGV (MXNet has its own handler too)
         os.kill(os.getpid(), signal.SIGTERM if mode == "sigterm" else signal.SIGKILL)
