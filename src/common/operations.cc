@@ -650,6 +650,7 @@ void BackgroundLoop(StartArgs args) {
     CycleResult result;
     Status fatal;
     int64_t bytes = 0;
+    SetPeerLate(unanswered_cycles > 0);
     RunCycle(*global, st.shutdown_requested.load(), comm, topo.rank, live, &result, &fatal, &bytes);
     if (!fatal.ok()) { reason = fatal.reason(); break; }
     if (result.shutdown) {

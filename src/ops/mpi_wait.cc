@@ -35,11 +35,15 @@ struct Bell {
 static_assert(std::atomic<uint32_t>::is_always_lock_free, "the doorbell needs lock-free atomics");
 constexpr size_t kBellBytes = 4096;
 constexpr int kWakeSpins = 8;  // test + yield rounds after being rung, before sleeping again
+// Sleep cap of a kSmall wait for a late peer (SetPeerLate) until the first ring: the late
+// peer's background thread rings when it joins (an idle one cycles every 20 ms).
+constexpr long kLatePeerSleepUs = 20000;
 constexpr int kRingBacks = 2;  // rings after a test that follows a wake (a handshake's next
                                // step); more would let two ranks waiting for a third wake
                                // each other in turn
 
 WaitPolicy g_policy;
+thread_local bool t_peer_late = false;
 Bell* g_bell = nullptr;
 bool g_bell_everywhere = false;
 
@@ -102,6 +106,7 @@ class SlowWaitReport {
 }  // namespace
 
 void SetWaitPolicy(const WaitPolicy& p) { g_policy = p; }
+void SetPeerLate(bool late) { t_peer_late = late; }
 const WaitPolicy& GetWaitPolicy() { return g_policy; }
 
 std::string MPIErrorString(int code) {
@@ -213,10 +218,13 @@ Status WaitRequest(MPI_Request* req, const char* what, WaitFor kind) {
   const long cap = kind == WaitFor::kSmall && g_bell_everywhere
                        ? std::max(g_policy.bell_sleep_us, g_policy.max_sleep_us)
                        : g_policy.max_sleep_us;
-  int spin_until = g_policy.spins;
+  // Waiting for a late peer: no spinning, and the long cap until some rank rings.
+  bool late = kind == WaitFor::kSmall && g_bell_everywhere && t_peer_late;
+  if (kind == WaitFor::kSmall) t_peer_late = false;  // the negotiation's first wait only
+  int spin_until = late ? 0 : g_policy.spins;
   int ring_backs = kRingBacks;
   bool ring = true;
-  long sleep_us = 10;
+  long sleep_us = late ? cap : 10;
   SlowWaitReport slow(what, g_policy.warn_after_s);
   for (int round = 0;; ++round) {
     const bool sleeper = bell && round >= spin_until;
@@ -250,6 +258,7 @@ Status WaitRequest(MPI_Request* req, const char* what, WaitFor kind) {
     FutexWait(&bell->seq, seen, sleep_us);
     bell->sleepers.fetch_sub(1);
     if (bell->seq.load() != seen) {  // rung: a peer moved; look again at once, briefly
+      late = false;
       spin_until = round + 1 + kWakeSpins;
       sleep_us = 10;
       if (ring_backs > 0) {
@@ -257,7 +266,7 @@ Status WaitRequest(MPI_Request* req, const char* what, WaitFor kind) {
         ring = true;
       }
     } else {
-      sleep_us = std::min<long>(sleep_us * 2, cap);
+      sleep_us = std::min<long>(sleep_us * 2, late ? std::max(cap, kLatePeerSleepUs) : cap);
     }
   }
 }

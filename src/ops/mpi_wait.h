@@ -47,6 +47,13 @@ const WaitPolicy& GetWaitPolicy();
 bool OpenDoorbell(MPI_Comm comm, MPI_Comm local, bool enabled);
 bool DoorbellEverywhere();
 void CloseDoorbell();
+// Tells this thread's next kSmall wait (a negotiation's first) that a peer is known to be
+// behind (the background loop's last negotiation answered none of this rank's work): where
+// every rank can ring every other, it neither spins nor wakes every bell_sleep_us until some
+// rank rings (the late peer rings when it starts its part), so a rank waiting long for a
+// peer takes almost no CPU from its model's threads. After the first ring the wait is the
+// usual one.
+void SetPeerLate(bool late);
 // Waits for *req; `what` names the operation in the error if MPI reports one.
 Status WaitRequest(MPI_Request* req, const char* what, WaitFor kind = WaitFor::kData);
 // MPI's error text for a return code.
