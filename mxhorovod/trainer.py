@@ -60,7 +60,10 @@ class DistributedTrainer(mx.gluon.Trainer):
             initialized are bound at the first step instead (their gradients copied into
             the views: same numbers). ``param.grad()`` then returns the view, so take it again
             rather than keeping gradient arrays from before. A parameter's gradient is in
-            the buckets of one trainer: the newest one made over it. See
+            the buckets of one trainer: the newest one made over it. On the CPU the
+            buckets lie in shared memory that the other ranks of the host map read-only
+            (their allreduce reads them without ``process_vm_readv``); a process forked
+            after this must not write the gradients (it shares them). See
             :mod:`mxhorovod.buckets`.
         process_set: the ranks that train together (default: all); the gradients are
             averaged over this set only, and every rank of it must make this trainer. On a

@@ -30,6 +30,12 @@ def test_collectives_every_size_through_cma(np_):
     run_ranks(np_, "core_collectives.py", timeout=240, env={"MXHOROVOD_CMA_MIN_BYTES": "0"})
 
 
+@pytest.mark.parametrize("np_", [2, 3])
+def test_allreduce_of_shared_regions_reads_peers_through_mappings(np_):
+    # DistributedTrainer's buckets: arrays in memfd regions that the peers map.
+    run_ranks(np_, "core_shared_regions.py", timeout=240)
+
+
 @pytest.mark.parametrize("np_,env", [
     (2, {}), (3, {}), (3, {"MXHOROVOD_CMA": "0"}), (3, {"HOROVOD_HIERARCHICAL_ALLREDUCE": "1"}),
 ])

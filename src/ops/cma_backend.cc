@@ -11,6 +11,7 @@
 #include <string>
 
 #include "ops/mpi_wait.h"
+#include "ops/shared_regions.h"
 
 namespace mxhorovod {
 namespace {
@@ -209,10 +210,50 @@ Status CMABackend::AllreduceBuffers(const std::vector<void*>& bufs,
   std::vector<int64_t> starts(k + 1, 0);
   for (size_t i = 0; i < k; ++i) starts[i + 1] = starts[i] + counts[i];
   const int64_t total = starts[k];
-  std::vector<uint64_t> mine(k), addrs(k * size_);
+  // Each rank's buffer addresses, and how many of its buffers lie in shared regions.
+  std::vector<int64_t> nbytes(k);
+  for (size_t i = 0; i < k; ++i) nbytes[i] = counts[i] * esize;
+  std::vector<SharedRef> refs;
+  const uint64_t shared = FindSharedRegions(bufs, nbytes, &refs);
+  std::vector<uint64_t> mine(k + 1), gathered((k + 1) * size_), addrs(k * size_);
   for (size_t i = 0; i < k; ++i) mine[i] = (uint64_t)(uintptr_t)bufs[i];
-  auto s = AllgatherBytes(mine.data(), (int)(k * sizeof(uint64_t)), addrs.data(), comm_);
+  mine[k] = shared;
+  auto s = AllgatherBytes(mine.data(), (int)((k + 1) * sizeof(uint64_t)), gathered.data(), comm_);
   if (!s.ok()) return s;
+  bool some_shared = false;  // the same answer on every rank
+  for (int q = 0; q < size_; ++q) {
+    std::copy(&gathered[q * (k + 1)], &gathered[q * (k + 1) + k], &addrs[q * k]);
+    some_shared |= gathered[q * (k + 1) + k] == k;
+  }
+  // mapped[q * k + i]: peer q's buffer i through our mapping of its region, for the peers
+  // whose buffers all lie in shared regions that this rank could map (each rank decides
+  // alone how it reads a peer: the results and the collectives are the same either way).
+  std::vector<const char*> mapped(k * size_, nullptr);
+  if (some_shared) {
+    peer_mappings_.Tick();
+    std::vector<uint64_t> where(2 * k), all_where(2 * k * size_);
+    for (size_t i = 0; i < k; ++i) {
+      where[2 * i] = (uint64_t)(uint32_t)refs[i].fd << 32 | refs[i].id;
+      where[2 * i + 1] = refs[i].offset;
+    }
+    s = AllgatherBytes(where.data(), (int)(2 * k * sizeof(uint64_t)), all_where.data(), comm_);
+    if (!s.ok()) return s;
+    for (int q = 0; q < size_; ++q) {
+      if (q == rank_ || gathered[q * (k + 1) + k] != k) continue;
+      for (size_t i = 0; i < k; ++i) {
+        const uint64_t tag = all_where[(q * k + i) * 2], offset = all_where[(q * k + i) * 2 + 1];
+        SharedRef ref{(int32_t)(tag >> 32), (uint32_t)tag, offset};
+        const char* base = peer_mappings_.Map(pids_[q], ref, offset + counts[i] * esize);
+        if (!base) {
+          std::fill(&mapped[q * k], &mapped[q * k + k], nullptr);
+          break;
+        }
+        mapped[q * k + i] = base + offset;
+      }
+    }
+  }
+  // Whether every buffer of peer q is mapped.
+  auto through_mapping = [&](int q) { return k > 0 && mapped[q * k + k - 1] != nullptr; };
   // Visits the parts of [lo, hi) of the concatenation: f(buffer, first element, elements).
   auto walk = [&](int64_t lo, int64_t hi, auto&& f) {
     size_t i = std::upper_bound(starts.begin(), starts.end(), lo) - starts.begin() - 1;
@@ -232,6 +273,15 @@ Status CMABackend::AllreduceBuffers(const std::vector<void*>& bufs,
     const int64_t end = std::min(hi, at + piece);
     for (int j = 1; j < size_ && failed.ok(); ++j) {
       const int q = (rank_ + j) % size_;
+      if (through_mapping(q)) {
+        walk(at, end, [&](size_t i, int64_t off, int64_t n) {
+          if (!failed.ok()) return;
+          failed = CheckMPI(MPI_Reduce_local(mapped[q * k + i] + off * esize,
+                                             static_cast<char*>(bufs[i]) + off * esize, (int)n,
+                                             type, mpi_op), "MPI_Reduce_local");
+        });
+        continue;
+      }
       copies_.clear();
       char* dst = scratch_.data();
       walk(at, end, [&](size_t i, int64_t off, int64_t n) {
@@ -254,6 +304,14 @@ Status CMABackend::AllreduceBuffers(const std::vector<void*>& bufs,
   // Allgather: every other block from its owner, straight into our buffers.
   for (int j = 1; j < size_ && failed.ok(); ++j) {
     const int q = (rank_ + j) % size_;
+    if (through_mapping(q)) {
+      walk(BlockStart(total, size_, q), BlockStart(total, size_, q + 1),
+           [&](size_t i, int64_t off, int64_t n) {
+             std::memcpy(static_cast<char*>(bufs[i]) + off * esize, mapped[q * k + i] + off * esize,
+                         n * esize);
+           });
+      continue;
+    }
     copies_.clear();
     walk(BlockStart(total, size_, q), BlockStart(total, size_, q + 1),
          [&](size_t i, int64_t off, int64_t n) {

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "ops/mpi_backend.h"
+#include "ops/shared_regions.h"
 
 namespace mxhorovod {
 
@@ -72,6 +73,7 @@ class CMABackend : public MPIAllreduceOverlay {
   int64_t min_bytes_;
   std::vector<char> scratch_;  // one piece of a peer's block, kept in cache
   std::vector<Copy> copies_;   // reused between calls
+  PeerMappings peer_mappings_;  // peers' shared regions (their buckets), mapped once
 };
 
 }  // namespace mxhorovod

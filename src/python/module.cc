@@ -16,6 +16,7 @@
 #include "mxnet/c_api_internal.h"
 #include "mxnet/engine_op.h"
 #include "mxnet/ndarray.h"
+#include "mxnet/shared_array.h"
 
 namespace py = pybind11;
 using namespace mxhorovod;
@@ -146,6 +147,19 @@ PYBIND11_MODULE(_core, m) {
   m.def("is_recording", &mx::AutogradIsRecording, "mx.autograd.is_recording(), without ctypes");
   m.def("engine_noop", [](uintptr_t h) { Raise(mx::PushNoop(H(h))); },
         "benchmarks: one engine operation on the array that completes at once");
+  // A DLPack capsule ("dltensor", for mx.nd.from_dlpack) of a zero-filled flat array the
+  // peers on this host can map, or None when none can be made.
+  m.def("shared_array", [](int64_t elements, int code, int bits) -> py::object {
+    std::string why;
+    DLManagedTensor* t = mx::NewSharedArray(elements, (uint8_t)code, (uint8_t)bits, &why);
+    if (!t) return py::none();
+    // Deleted here unless a consumer took it (and renamed the capsule "used_dltensor").
+    return py::capsule(t, "dltensor", [](PyObject* o) {
+      if (!PyCapsule_IsValid(o, "dltensor")) return;
+      auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(o, "dltensor"));
+      m->deleter(m);
+    });
+  });
   m.def("stop_reason", &StopReason);
   // Rank 0 records (as in Horovod); on the other ranks these are no-ops.
   m.def("start_timeline", [](const std::string& path, bool mark_cycles) {
