@@ -17,7 +17,8 @@ the open bucket of its (context, dtype); a gradient that would take that bucket 
 unless one gradient alone is larger. Inside a bucket each gradient starts on a 64-byte
 boundary (the gap is zeros and reduces to zeros).
 
-:class:`GradientBuckets` allocates the buffers, copies the current gradient values in
+:class:`GradientBuckets` allocates the buffers (on the CPU in shared memory that the other
+ranks of the host map, so their allreduce reads them without ``process_vm_readv``), copies the current gradient values in
 (an accumulated ``grad_req='add'`` gradient is kept) and binds every parameter's gradient
 to its view with ``autograd.mark_variables``, as ``Parameter._init_grad`` binds a fresh
 gradient. A binding only reaches what autograd records afterwards: an operation recorded
