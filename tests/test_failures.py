@@ -23,9 +23,24 @@ def test_peer_shutdown_while_others_wait(np_, mode):
     run_ranks(np_, "ops_peer_shutdown.py", [mode], timeout=240)
 
 
+# Modes where the victim's process ends by a signal or _exit, and mpirun (Hydra) must then
+# end the others; the other modes end the job themselves (MPI_Abort).
+_HYDRA_ENDS_THE_JOB = {"sigterm", "sigkill", "segfault", "segfault_stuck"}
+
+
 def _died(mode, np_=3, victim=1):
     # The survivors would train for 600 s: ending before run_ranks' timeout is the check.
-    proc = run_ranks(np_, "ops_failure.py", [mode, victim], timeout=120, expect_ok=False)
+    # Where Hydra must end the job, one more try if it did not: in a CI run of 2026-12-03
+    # rank 1 of segfault_stuck printed the watchdog's line and exited, and Hydra left rank 0
+    # running until the timeout (once before, in stop 28's CI, after another abnormal exit;
+    # not reproduced in 50 runs here). A victim that does not end fails both tries.
+    for attempt in range(2):
+        try:
+            proc = run_ranks(np_, "ops_failure.py", [mode, victim], timeout=120, expect_ok=False)
+            break
+        except AssertionError as e:
+            if attempt or mode not in _HYDRA_ENDS_THE_JOB or "timed out" not in str(e):
+                raise
     out = proc.stdout
     assert proc.returncode != 0, out
     assert "RANK" not in out.replace("WORKER", ""), out  # nobody finished training
