@@ -23,6 +23,15 @@ def as_from_a_terminal():
         signal.signal(signum, signal.SIG_DFL)
 
 
+def process_gone(pid):
+    """Whether process ``pid`` has ended (a zombie counts as ended)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rpartition(")")[2].split()[0] == "Z"
+    except OSError:
+        return True
+
+
 def mpirun_path():
     """The mpirun next to this Python (the venv's mpich wheel), else the one on PATH."""
     cand = os.path.join(os.path.dirname(sys.executable), "mpirun")

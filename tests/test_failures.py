@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from mpirun import WORKERS, as_from_a_terminal, run_ranks
+from mpirun import WORKERS, as_from_a_terminal, process_gone, run_ranks
 
 GUARD = os.path.join(os.path.dirname(WORKERS), "..", "mxhorovod", "rank_guard.py")
 TIME = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}"
@@ -23,24 +23,12 @@ def test_peer_shutdown_while_others_wait(np_, mode):
     run_ranks(np_, "ops_peer_shutdown.py", [mode], timeout=240)
 
 
-# Modes where the victim's process ends by a signal or _exit, and mpirun (Hydra) must then
-# end the others; the other modes end the job themselves (MPI_Abort).
-_HYDRA_ENDS_THE_JOB = {"sigterm", "sigkill", "segfault", "segfault_stuck"}
-
-
 def _died(mode, np_=3, victim=1):
     # The survivors would train for 600 s: ending before run_ranks' timeout is the check.
-    # Where Hydra must end the job, one more try if it did not: in a CI run of 2026-12-03
-    # rank 1 of segfault_stuck printed the watchdog's line and exited, and Hydra left rank 0
-    # running until the timeout (once before, in stop 28's CI, after another abnormal exit;
-    # not reproduced in 50 runs here). A victim that does not end fails both tries.
-    for attempt in range(2):
-        try:
-            proc = run_ranks(np_, "ops_failure.py", [mode, victim], timeout=120, expect_ok=False)
-            break
-        except AssertionError as e:
-            if attempt or mode not in _HYDRA_ENDS_THE_JOB or "timed out" not in str(e):
-                raise
+    # Where Hydra should end the job and now and then did not (CI runs: rank 1 of
+    # segfault_stuck exited, and rank 0 was left waiting), the survivors end it themselves
+    # (peer_watch.h).
+    proc = run_ranks(np_, "ops_failure.py", [mode, victim], timeout=120, expect_ok=False)
     out = proc.stdout
     assert proc.returncode != 0, out
     assert "RANK" not in out.replace("WORKER", ""), out  # nobody finished training
@@ -178,6 +166,39 @@ def test_rank_guard_names_a_rank_that_ended_without_finalizing_mpi():
     assert proc.returncode != 0, proc.stdout
     assert "failed with an unhandled RuntimeError" in proc.stdout, proc.stdout
     assert "without finalizing it" not in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("np_,mode,guard", [(2, "os_exit", False), (3, "sigkill", False),
+                                             (2, "os_exit", True)])
+def test_a_rank_ending_while_its_forked_child_holds_the_launcher_connection_ends_the_job(
+        np_, mode, guard):
+    # Rank 1 forks a child (as a DataLoader worker does), then ends while the others wait
+    # for it in a collective. The child keeps Hydra's connection of rank 1 open, so mpirun
+    # did not end the job: the others waited forever (past this test's timeout). Now a
+    # waiting rank sees its local peer gone and ends the job, naming it, and kills what
+    # rank 1 forked (its process group), as mpirun's cleanup would have. (Under the guard a
+    # rank killed by a signal is handled by the guard: it kills the group, and mpirun ends
+    # the job; one that exits leaves its group running, as mpirun does.)
+    proc = run_ranks(np_, "exit_with_forked_child.py", [mode], timeout=45, expect_ok=False,
+                     prefix=[sys.executable, GUARD] if guard else ())
+    out = proc.stdout
+    found = re.search(r"CHILD (\d+) RANK1 PID (\d+)", out)
+    try:
+        assert found, out
+        assert proc.returncode != 0 and "RANK 0 OK" not in out, out
+        survivor = r"\[[02]\]<error> %s mxhorovod: rank 1 \(pid %s on \S+\) has ended while this rank " \
+                   r"waited for it in MPI_\w+ \(negotiation\) \(its process is gone or a zombie\), .*" \
+                   r"no rank can go on; ending the job \(MPI_Abort\) and what that rank forked " \
+                   r"\(SIGKILL to its process group, as mpirun's cleanup does\)$" % (TIME, found.group(2))
+        assert re.search(survivor, out, re.M), out
+        # mpirun waited for the child too (it holds rank 1's output pipes): it is gone.
+        assert _wait_until(lambda: process_gone(int(found.group(1))), 10), out
+    finally:
+        if found:
+            try:
+                os.kill(int(found.group(1)), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 # The rank (and a process it forked) records the sender of each SIGINT it gets.

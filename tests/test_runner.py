@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from mpirun import HERE, WORKERS, as_from_a_terminal
+from mpirun import HERE, WORKERS, as_from_a_terminal, process_gone
 from mxhorovodrun import hosts as hostlib
 from mxhorovodrun.args import build_parser, parse_args
 from mxhorovodrun.guard import guard_path
@@ -691,15 +691,6 @@ os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
-def _gone(pid):
-    """Whether process ``pid`` has ended (a zombie counts as ended)."""
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rpartition(")")[2].split()[0] == "Z"
-    except OSError:
-        return True
-
-
 def test_end_to_end_what_the_ranks_forked_ends_with_a_killed_job(tmp_path):
     # Under the guard each rank has a process group of its own, and hydra's cleanup (SIGKILL
     # to the group of each process it started: the guard's) no longer reached what the
@@ -712,7 +703,7 @@ def test_end_to_end_what_the_ranks_forked_ends_with_a_killed_job(tmp_path):
     assert proc.returncode != 0 and "SURVIVED" not in out, out[-3000:]
     assert re.search(r"rank 1 \(pid \d+ on \S+\) was killed by SIGKILL", out), out[-3000:]
     children = [int(p) for p in re.findall(r"RANK \d CHILD (\d+)", out)]
-    assert len(children) == 2 and all(_gone(p) for p in children), out[-3000:]
+    assert len(children) == 2 and all(process_gone(p) for p in children), out[-3000:]
 
 
 def test_end_to_end_stdin_goes_to_rank_0_and_the_others_read_its_end():
@@ -730,14 +721,18 @@ def test_end_to_end_stdin_goes_to_rank_0_and_the_others_read_its_end():
 def test_end_to_end_rank_guard_turned_off_runs_as_before(opt_out):
     # The same job without the guard: mpirun's own outcome, no word of the guard. Hydra's
     # outcome is a race of its own: as a rule exit status 0 and nothing printed, now and then
-    # (1 fresh-clone CI run) its "BAD TERMINATION ... EXIT CODE: 9" banner and status 9.
+    # (1 fresh-clone CI run) its "BAD TERMINATION ... EXIT CODE: 9" banner and status 9, and
+    # in one CI run (2026-12-03) it left rank 0 waiting: rank 0 then ends the job itself,
+    # naming rank 1 (peer_watch.h), which fails the job.
     flags = [a for a in opt_out if a.startswith("--")]
     env = dict(a.split("=", 1) for a in opt_out if "=" in a)
     proc = launcher(["-np", "2"] + flags + [sys.executable,
                                             os.path.join(WORKERS, "exit_without_finalize.py"),
                                             "os_exit"], env=env, timeout=120)
-    assert proc.returncode in (0, 9), proc.stdout[-3000:]
-    assert "mxhorovod: rank" not in proc.stdout, proc.stdout[-3000:]
+    survivor = re.search(r"\[0\]<error> %s mxhorovod: rank 1 \(pid \d+ on \S+\) has ended while "
+                         r"this rank waited for it in " % LOG_TIME, proc.stdout)
+    assert proc.returncode in (0, 9) or (survivor and proc.returncode != 0), proc.stdout[-3000:]
+    assert proc.stdout.count("mxhorovod: rank") == (1 if survivor else 0), proc.stdout[-3000:]
     assert "without finalizing" not in proc.stdout and "RANK 0 OK" not in proc.stdout, \
         proc.stdout[-3000:]
 
@@ -1160,14 +1155,6 @@ def _wait_for_files(paths, timeout=90):
     return [int(open(p).read()) for p in paths]
 
 
-def _gone(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
-
-
 # Each rank writes its pid to DIR/pid.<rank> and sleeps; a Ctrl-C lets it clean up (1 s)
 # and exit 0, saying so.
 _SLEEPER = ('import os, sys, time; r = os.environ["PMI_RANK"]; d = sys.argv[1]\n'
@@ -1252,10 +1239,10 @@ def test_end_to_end_launcher_killed_ends_the_job(tmp_path):
     proc.wait()  # not communicate(): mpirun holds the output pipe until it ends
     proc.stdout.close()
     deadline = time.monotonic() + 30
-    while not (all(_gone(p) for p in pids) and not os.path.exists(pipes)) \
+    while not (all(process_gone(p) for p in pids) and not os.path.exists(pipes)) \
             and time.monotonic() < deadline:
         time.sleep(0.2)
-    left = [p for p in pids if not _gone(p)]
+    left = [p for p in pids if not process_gone(p)]
     for p in left:
         os.kill(p, signal.SIGKILL)
     pipes_left = os.path.exists(pipes)
@@ -1293,9 +1280,9 @@ def test_pipes_directory_removed_when_its_holders_are_gone(tmp_path):
     while pipes.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not pipes.exists()
-    while not _gone(int(waiter[0])) and time.monotonic() < deadline:
+    while not process_gone(int(waiter[0])) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _gone(int(waiter[0]))
+    assert process_gone(int(waiter[0]))
 
 
 def _cmdline(pid):

@@ -15,6 +15,7 @@
 #include "fusion.h"
 #include "logging.h"
 #include "ops/mpi_wait.h"
+#include "ops/peer_watch.h"
 #include "process_set.h"
 #include "startup.h"
 #include "state.h"
@@ -270,6 +271,7 @@ void BackgroundLoop(StartArgs args) {
                 ? "every rank of the job can wake every other"
                 : "not on every rank of the job (another host, MXHOROVOD_DOORBELL=0, no or a full "
                   "/dev/shm): waits sleep on timers where it is missing"));
+  WatchLocalPeers(hc.local, topo.rank);  // a wait for a peer that has ended ends the job
   Config live = cfg;  // the autotuner changes it while running
   auto cycle = std::chrono::duration<double, std::milli>(cfg.cycle_time_ms);
   std::unique_ptr<Autotuner> tuner;
@@ -352,6 +354,7 @@ void BackgroundLoop(StartArgs args) {
       st.wake = false;
     }
   }
+  StopWatchingPeers();  // after a shutdown the peers exit as they please
   std::vector<std::shared_ptr<ProcessSet>> sets;
   {
     std::lock_guard<std::mutex> lk(st.mu);

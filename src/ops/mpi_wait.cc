@@ -18,8 +18,11 @@
 #include <climits>
 #include <cstring>
 #include <string>
+#include <vector>
 
+#include "common/job_abort.h"
 #include "common/logging.h"
+#include "ops/peer_watch.h"
 
 namespace mxhorovod {
 namespace {
@@ -101,6 +104,50 @@ class SlowWaitReport {
   bool warned_ = false;
   double next_s_ = 0;
   Clock::time_point start_;
+};
+
+// Ends the job when a rank of this host has ended while this wait lasts (peer_watch.h): the
+// launcher should have, and did not (a child of that rank may hold its connection), so no
+// rank would ever go on. Looked at once a second from the first second on, in the sleeping
+// rounds; a peer seen ended at two looks in a row (the request may still complete from
+// what the peer sent before it ended) ends this rank with MPI_Abort, which ends the job.
+class EndedPeerCheck {
+ public:
+  using Clock = std::chrono::steady_clock;
+  explicit EndedPeerCheck(const char* what) : what_(what) {}
+  void Check() {
+    const Clock::time_point now = Clock::now();
+    if (!started_) {
+      started_ = true;
+      next_ = now + kEvery;
+      return;
+    }
+    if (now < next_) return;
+    next_ = now + kEvery;
+    std::vector<int64_t> groups;
+    const std::string ended = EndedLocalPeers(&groups);
+    const bool again = !ended.empty() && ended == seen_;
+    seen_ = ended;
+    if (!again) return;
+    LogError(ended + " has ended while this rank waited for it in " + what_ +
+             " (its process is gone or a zombie), and the launcher did not end the job (a process "
+             "that rank forked, still running, may hold its connection to the launcher): no "
+             "rank can go on; ending the job (MPI_Abort)" +
+             (groups.empty() ? "" : " and what that rank forked (SIGKILL to its process group, "
+                                    "as mpirun's cleanup does)"));
+    // What the dead rank forked holds its output pipes: mpirun would wait for it after the
+    // abort, as it waited for the dead rank.
+    for (int64_t g : groups) kill(-(pid_t)g, SIGKILL);
+    AbortJob(1);
+    _exit(1);  // MPI was not running: nothing else would end this process
+  }
+
+ private:
+  static constexpr std::chrono::seconds kEvery{1};
+  const char* what_;
+  bool started_ = false;
+  Clock::time_point next_;
+  std::string seen_;  // what the previous look found ended
 };
 
 }  // namespace
@@ -226,6 +273,7 @@ Status WaitRequest(MPI_Request* req, const char* what, WaitFor kind) {
   bool ring = true;
   long sleep_us = late ? cap : 10;
   SlowWaitReport slow(what, g_policy.warn_after_s);
+  EndedPeerCheck ended(what);
   for (int round = 0;; ++round) {
     const bool sleeper = bell && round >= spin_until;
     uint32_t seen = 0;
@@ -249,6 +297,7 @@ Status WaitRequest(MPI_Request* req, const char* what, WaitFor kind) {
       continue;
     }
     slow.Check();
+    ended.Check();
     if (!bell) {
       timespec ts{0, sleep_us * 1000};
       nanosleep(&ts, nullptr);
