@@ -68,6 +68,10 @@ def parse_args(argv=None):
     p.add_argument("--data-nthreads", type=int, default=2, help="decoding threads per rank")
     p.add_argument("--gradient-predivide-factor", type=float, default=1.0,
                    help="gradients divided by it before the sum over ranks, by size/it after")
+    p.add_argument("--gradient-as-bucket-view", action="store_true",
+                   help="DistributedTrainer's gradient_as_bucket_view (gluon mode): the "
+                   "gradients live in flat buckets, reduced with no packing (in shared memory "
+                   "on one host)")
     # The rest of Horovod's examples/mxnet/mxnet_imagenet_resnet50.py command line.
     h = p.add_argument_group("Horovod's flags, accepted so its command lines run here")
     h.add_argument("--use-rec", action="store_true", help="read --rec-train (needed here anyway)")
@@ -85,6 +89,8 @@ def parse_args(argv=None):
         p.error("give --rec-train (and --rec-val), or --benchmark")
     if args.fp16_allreduce and args.mode == "module":
         p.error("--fp16-allreduce needs --mode gluon (DistributedOptimizer sends as is)")
+    if args.gradient_as_bucket_view and args.mode == "module":
+        p.error("--gradient-as-bucket-view needs --mode gluon (a DistributedTrainer option)")
     return args
 
 
@@ -170,7 +176,8 @@ def run_gluon(args, train, val, steps, start_epoch):
     trainer = hvd.DistributedTrainer(
         net.collect_params(), make_optimizer(args, steps, size),
         compression=hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none,
-        gradient_predivide_factor=args.gradient_predivide_factor)
+        gradient_predivide_factor=args.gradient_predivide_factor,
+        gradient_as_bucket_view=args.gradient_as_bucket_view)
     # Finish deferred shapes on every rank, so rank 0 can load and the others receive.
     net(mx.nd.zeros((1, 3, args.image_size, args.image_size)))
     if start_epoch:

@@ -51,6 +51,9 @@ def parse_args(argv=None):
     p.add_argument("--gradient-predivide-factor", type=float, default=1.0,
                    help="DistributedTrainer's gradient_predivide_factor: gradients are "
                    "divided by it before the sum over ranks and by size/it after")
+    p.add_argument("--gradient-as-bucket-view", action="store_true",
+                   help="DistributedTrainer's gradient_as_bucket_view: the gradients live in "
+                   "flat buckets, reduced with no packing (in shared memory on one host)")
     p.add_argument("--no-cuda", action="store_true",
                    help="accepted for Horovod's command lines; this example trains on CPU")
     return p.parse_args(argv)
@@ -115,7 +118,8 @@ def main(argv=None):
         net.collect_params(), "sgd",
         {"learning_rate": args.lr * size, "momentum": args.momentum, "wd": args.wd},
         compression=hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none,
-        gradient_predivide_factor=args.gradient_predivide_factor)
+        gradient_predivide_factor=args.gradient_predivide_factor,
+        gradient_as_bucket_view=args.gradient_as_bucket_view)
 
     start_epoch = 0
     if args.resume and args.checkpoint_dir:

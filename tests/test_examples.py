@@ -218,6 +218,31 @@ def test_resnet50_benchmark_reports_throughput():
     assert m and float(m.group(2)) > 0, out[-3000:]
 
 
+@needs_mnist
+def test_mnist_with_gradient_bucket_views_trains_as_without(tmp_path):
+    # Bucket views change where the gradients live (flat shared buckets), not the arithmetic:
+    # the same job with and without them ends with the same parameters.
+    common = ["--epochs", "1", "--train-limit", "1024", "--test-limit", "200", "--no-progress"]
+    plain, views = str(tmp_path / "plain"), str(tmp_path / "views")
+    example(2, "mxnet_mnist.py", common + ["--checkpoint-dir", plain])
+    example(2, "mxnet_mnist.py", common + ["--checkpoint-dir", views, "--gradient-as-bucket-view"])
+    import mxnet as mx
+    a = mx.nd.load(os.path.join(plain, "mnist-0001.params"))
+    b = mx.nd.load(os.path.join(views, "mnist-0001.params"))
+    assert sorted(a) == sorted(b)
+    for k in a:
+        np.testing.assert_allclose(b[k].asnumpy(), a[k].asnumpy(), rtol=1e-6, atol=1e-7, err_msg=k)
+
+
+def test_resnet50_benchmark_with_gradient_bucket_views():
+    pytest.importorskip("gluoncv")
+    out = example(2, "mxnet_imagenet_resnet50.py",
+                  ["--benchmark", "--batch-size", "2", "--image-size", "32",
+                   "--benchmark-steps", "2", "--warmup-steps", "1", "--gradient-as-bucket-view"])
+    m = re.search(r"([\d.]+) images/sec per rank, ([\d.]+) images/sec total \(2 ranks", out)
+    assert m and float(m.group(2)) > 0, out[-3000:]
+
+
 def test_resnet50_benchmark_one_rank_says_1_rank():
     pytest.importorskip("gluoncv")
     out = example(1, "mxnet_imagenet_resnet50.py",
