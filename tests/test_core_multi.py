@@ -36,6 +36,12 @@ def test_allreduce_of_shared_regions_reads_peers_through_mappings(np_):
     run_ranks(np_, "core_shared_regions.py", timeout=240)
 
 
+@pytest.mark.parametrize("np_", [2, 3])
+def test_allreduce_of_mxnet_arrays_reads_peers_through_their_staging(np_):
+    # Groups of 64 KiB and more: each rank stages what its peers read in a region they map.
+    run_ranks(np_, "core_staging.py", timeout=240)
+
+
 @pytest.mark.parametrize("np_,env", [
     (2, {}), (3, {}), (3, {"MXHOROVOD_CMA": "0"}), (3, {"HOROVOD_HIERARCHICAL_ALLREDUCE": "1"}),
 ])

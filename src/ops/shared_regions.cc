@@ -33,12 +33,12 @@ Registry& R() {
 
 }  // namespace
 
-void* AllocSharedRegion(int64_t bytes, std::string* why) {
+void* AllocSharedRegion(int64_t bytes, std::string* why, const char* name) {
   if (bytes <= 0) {
     *why = "no bytes";
     return nullptr;
   }
-  int fd = memfd_create("mxhorovod-bucket", MFD_CLOEXEC);
+  int fd = memfd_create(name, MFD_CLOEXEC);
   if (fd < 0) {
     *why = std::string("memfd_create: ") + std::strerror(errno);
     return nullptr;

@@ -4,7 +4,8 @@
 // reads a peer's buffer that lies in such a region with plain loads through its mapping
 // instead of process_vm_readv, which runs at about a third of memcpy's speed here (4.4
 // against 16 GB/s; docs/benchmark_runs.md, twenty-second run). DistributedTrainer's
-// gradient buckets are allocated here (mxhorovod/buckets.py); arrays MXNet allocates are not.
+// gradient buckets are allocated here (mxhorovod/buckets.py), and each CMA backend's staging
+// region (cma_backend.h); arrays MXNet allocates are not.
 #ifndef MXHOROVOD_OPS_SHARED_REGIONS_H_
 #define MXHOROVOD_OPS_SHARED_REGIONS_H_
 
@@ -25,8 +26,9 @@ struct SharedRef {
 };
 
 // A new zero-filled region of `bytes` (> 0), mapped read-write, or nullptr with the reason
-// in *why (no memfd, a full /dev/shm, ...). Thread-safe.
-void* AllocSharedRegion(int64_t bytes, std::string* why);
+// in *why (no memfd, a full /dev/shm, ...). `name`: the memfd's name, which /proc/PID/maps
+// shows ("/memfd:<name> (deleted)"). Thread-safe.
+void* AllocSharedRegion(int64_t bytes, std::string* why, const char* name = "mxhorovod-bucket");
 // Unmaps and closes a region AllocSharedRegion returned. Thread-safe.
 void FreeSharedRegion(void* base);
 // For each buffer i, whether [bufs[i], bufs[i] + bytes[i]) lies in one region of this
