@@ -201,6 +201,14 @@ def test_a_rank_ending_while_its_forked_child_holds_the_launcher_connection_ends
                 pass
 
 
+def test_a_peer_that_cannot_be_looked_at_is_not_taken_for_ended():
+    # Rank 0 has no file descriptor left (EMFILE) while it waits for rank 1, stopped for
+    # 4 s: the watch could not open rank 1's /proc entry, took it for ended, aborted the
+    # job and SIGKILLed rank 1's process group. Now it only counts a peer the kernel says
+    # is gone (ESRCH), a zombie, or one whose pid another process took.
+    run_ranks(2, "peer_watch_no_descriptors.py", timeout=90)
+
+
 # The rank (and a process it forked) records the sender of each SIGINT it gets.
 _SIGINT_SENDERS = """
 import os, signal, sys

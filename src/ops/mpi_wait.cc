@@ -129,15 +129,16 @@ class EndedPeerCheck {
     const bool again = !ended.empty() && ended == seen_;
     seen_ = ended;
     if (!again) return;
+    // What the dead rank forked holds its output pipes: mpirun would wait for it after the
+    // abort, as it waited for the dead rank. Killed at once after the look (the log line
+    // below may block on a full pipe).
+    for (int64_t g : groups) kill(-(pid_t)g, SIGKILL);
     LogError(ended + " has ended while this rank waited for it in " + what_ +
              " (its process is gone or a zombie), and the launcher did not end the job (a process "
              "that rank forked, still running, may hold its connection to the launcher): no "
              "rank can go on; ending the job (MPI_Abort)" +
              (groups.empty() ? "" : " and what that rank forked (SIGKILL to its process group, "
                                     "as mpirun's cleanup does)"));
-    // What the dead rank forked holds its output pipes: mpirun would wait for it after the
-    // abort, as it waited for the dead rank.
-    for (int64_t g : groups) kill(-(pid_t)g, SIGKILL);
     AbortJob(1);
     _exit(1);  // MPI was not running: nothing else would end this process
   }

@@ -21,19 +21,22 @@
 namespace mxhorovod {
 
 // Collective over `local` (the ranks of this host): learns each one's job rank `job_rank`,
-// pid and start time (field 22 of /proc/PID/stat, clock ticks since boot), and watches the
-// others whose /proc entry this process sees with the same start time (a peer in another
-// pid namespace is not watched). Replaces an earlier watch.
+// pid, start time (field 22 of /proc/PID/stat, clock ticks since boot) and pid namespace,
+// and watches the others of this pid namespace whose /proc entry this process sees with the
+// same start time. Replaces an earlier watch.
 void WatchLocalPeers(MPI_Comm local, int job_rank);
 // Stops watching (the background loop's end: peers may then exit).
 void StopWatchingPeers();
 // "" while every watched peer runs; else the ended ones, "rank 1 (pid 4242 on host)" or
-// "ranks 1, 2 (pids 4242, 4243 on host)": no /proc entry, a zombie, or another process under
-// that pid (a different start time). Reads one /proc file per watched peer. `groups` (if
+// "ranks 1, 2 (pids 4242, 4243 on host)": no such process (ESRCH), a zombie, or another
+// process under that pid (a different start time). A /proc file that cannot be read for
+// another reason (no descriptor left) says nothing: that peer counts as running. Reads one
+// /proc file per watched peer. `groups` (if
 // given) receives the pids of the ended ones that led their process group (Hydra starts
 // each rank as the leader of a session of its own), unless another process now has the
 // pid: the group's id outlives its leader while a member lives, and no new process can
-// take that pid meanwhile, so `kill(-pid)` reaches only what that rank forked.
+// take that pid meanwhile, so `kill(-pid)` reaches only what that rank forked (never this
+// process's own group).
 std::string EndedLocalPeers(std::vector<int64_t>* groups = nullptr);
 
 }  // namespace mxhorovod
