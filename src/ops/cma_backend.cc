@@ -171,23 +171,22 @@ CMABackend::~CMABackend() {
 
 char* CMABackend::Stage(int64_t bytes) {
   if (bytes <= stage_bytes_) return stage_;
-  if (stage_failed_ || bytes > kMaxStageBytes) return nullptr;
+  if (bytes > kMaxStageBytes || (stage_failed_bytes_ > 0 && bytes >= stage_failed_bytes_)) return nullptr;
   // Doubling, in whole MiB: a few regions over a job's life (a peer's mapping of an old one
-  // is dropped after PeerMappings' idle calls).
+  // is dropped after PeerMappings' idle calls). The new region first: the old one stays if
+  // no new one can be had (and no region of that size is asked for again).
   const int64_t mib = int64_t(1) << 20;
   int64_t want = std::min(kMaxStageBytes, std::max(bytes, 2 * stage_bytes_));
   want = (want + mib - 1) / mib * mib;
-  if (stage_) FreeSharedRegion(stage_);
-  stage_ = nullptr;
-  stage_bytes_ = 0;
   std::string why;
   char* p = static_cast<char*>(AllocSharedRegion(want, &why, "mxhorovod-staging"));
   std::vector<SharedRef> refs;
   if (!p || FindSharedRegions({p}, {want}, &refs) != 1) {
     if (p) FreeSharedRegion(p);
-    stage_failed_ = true;
+    stage_failed_bytes_ = bytes;
     return nullptr;
   }
+  if (stage_) FreeSharedRegion(stage_);
   stage_ = p;
   stage_bytes_ = want;
   stage_ref_ = refs[0];

@@ -97,7 +97,7 @@ class CMABackend : public MPIAllreduceOverlay {
   char* stage_ = nullptr;
   int64_t stage_bytes_ = 0;
   SharedRef stage_ref_;
-  bool stage_failed_ = false;  // a region could not be had: not tried again
+  int64_t stage_failed_bytes_ = 0;  // a region this large could not be had: not tried again
 };
 
 }  // namespace mxhorovod

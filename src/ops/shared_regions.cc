@@ -105,6 +105,16 @@ const char* PeerMappings::Map(pid_t pid, const SharedRef& ref, uint64_t need) {
     e.last_use = calls_;
     return e.bytes >= need ? e.base : nullptr;
   }
+  // Full: the least recently used mapping goes, never one handed out in this call (its
+  // caller still reads through it); if all were, this peer is read another way.
+  size_t victim = entries_.size();
+  if (entries_.size() >= kMaxMapped) {
+    for (size_t i = 0; i < entries_.size(); ++i) {
+      if (entries_[i].last_use == calls_) continue;
+      if (victim == entries_.size() || entries_[i].last_use < entries_[victim].last_use) victim = i;
+    }
+    if (victim == entries_.size()) return nullptr;
+  }
   const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(ref.fd);
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return nullptr;
@@ -117,9 +127,9 @@ const char* PeerMappings::Map(pid_t pid, const SharedRef& ref, uint64_t need) {
   }
   close(fd);
   if (p == MAP_FAILED) return nullptr;
-  if (entries_.size() >= kMaxMapped) {
-    munmap(const_cast<char*>(entries_.front().base), entries_.front().bytes);
-    entries_.erase(entries_.begin());
+  if (victim < entries_.size()) {
+    munmap(const_cast<char*>(entries_[victim].base), entries_[victim].bytes);
+    entries_.erase(entries_.begin() + victim);
   }
   entries_.push_back({pid, ref.id, static_cast<const char*>(p), (uint64_t)st.st_size, calls_});
   return static_cast<const char*>(p);

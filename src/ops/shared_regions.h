@@ -40,7 +40,8 @@ size_t FindSharedRegions(const std::vector<void*>& bufs, const std::vector<int64
 // buckets live as long as it). A mapping keeps its region's memory even after the peer has
 // freed it (a trainer made again each epoch makes new buckets), so one not used in the
 // last kIdleCalls calls is unmapped (mapped again if it comes back), and at most
-// kMaxMapped are kept.
+// kMaxMapped are kept (the least recently used goes first; never one that the current
+// call has handed out).
 class PeerMappings {
  public:
   PeerMappings() = default;

@@ -3,7 +3,8 @@ gradient buckets are made of): the peers read them through their mappings of the
 memfd instead of process_vm_readv. Sums, averages and scaled sums of every float dtype and
 int32 against numpy, with every rank's array shared, with only rank 0's shared (the others
 read it through the mapping, it reads theirs by process_vm_readv), in a group, and the
-regions freed with their arrays. 2 or more ranks. Prints RANK <r> OK."""
+regions freed with their arrays, and a group of more arrays than the peers keep mappings
+of. 2 or more ranks. Prints RANK <r> OK."""
 import gc
 
 import mxnet as mx
@@ -67,6 +68,15 @@ parts = [shared(np.full(elements, r + 1, np.float32)), shared(np.full(1000, 2 * 
 hvd.grouped_allreduce_(parts, name="group", op=hvd.Sum)
 for p, v in zip(parts, (sum(q + 1 for q in range(n)), sum(2 * q for q in range(n)), sum(range(n)))):
     np.testing.assert_array_equal(p.asnumpy(), np.full(p.shape, v, np.float32))
+
+# A group of more shared arrays than the peers keep mappings of (64): a mapping made or
+# found in a call is never unmapped in it (the call reads through it); the peer whose
+# regions do not all fit is read by process_vm_readv instead.
+many = [shared(np.full(1000, r + i, np.float32)) for i in range(70)]
+hvd.grouped_allreduce_(many, name="many", op=hvd.Sum)
+for i, m in enumerate(many):
+    np.testing.assert_array_equal(m.asnumpy(), np.full(1000, sum(q + i for q in range(n)), np.float32))
+del many
 
 # Regions made and freed one after another (a trainer made again and again): each is
 # mapped by the peers once, and the peers keep at most 64 mappings of one rank's regions.
