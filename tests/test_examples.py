@@ -209,11 +209,12 @@ def test_resnet50_resume_equals_uninterrupted(tmp_path, mode):
     assert abs(a[1] - b[0]) <= 1e-4 * abs(a[1]), (a, b)
 
 
-def test_resnet50_benchmark_reports_throughput():
+@pytest.mark.parametrize("flag", ["--fp16-allreduce", "--gradient-as-bucket-view"])
+def test_resnet50_benchmark_reports_throughput(flag):
     pytest.importorskip("gluoncv")
     out = example(2, "mxnet_imagenet_resnet50.py",
                   ["--benchmark", "--batch-size", "2", "--image-size", "32",
-                   "--benchmark-steps", "2", "--warmup-steps", "1", "--fp16-allreduce"])
+                   "--benchmark-steps", "2", "--warmup-steps", "1", flag])
     m = re.search(r"([\d.]+) images/sec per rank, ([\d.]+) images/sec total \(2 ranks", out)
     assert m and float(m.group(2)) > 0, out[-3000:]
 
@@ -232,15 +233,6 @@ def test_mnist_with_gradient_bucket_views_trains_as_without(tmp_path):
     assert sorted(a) == sorted(b)
     for k in a:
         np.testing.assert_allclose(b[k].asnumpy(), a[k].asnumpy(), rtol=1e-6, atol=1e-7, err_msg=k)
-
-
-def test_resnet50_benchmark_with_gradient_bucket_views():
-    pytest.importorskip("gluoncv")
-    out = example(2, "mxnet_imagenet_resnet50.py",
-                  ["--benchmark", "--batch-size", "2", "--image-size", "32",
-                   "--benchmark-steps", "2", "--warmup-steps", "1", "--gradient-as-bucket-view"])
-    m = re.search(r"([\d.]+) images/sec per rank, ([\d.]+) images/sec total \(2 ranks", out)
-    assert m and float(m.group(2)) > 0, out[-3000:]
 
 
 def test_resnet50_benchmark_one_rank_says_1_rank():
