@@ -74,13 +74,10 @@ Look ReadProc(int64_t pid, char* state, int64_t* start_time) {
 std::atomic<const char*> g_blocked_what{nullptr};
 std::atomic<uint64_t> g_blocked_seq{0};
 std::atomic<int64_t> g_blocked_since_ns{0};
-// Never destroyed: a child forked while the thread waits on the condition variable inherits
-// its waiter count, and destroying it at the child's exit (glibc waits for the waiters to
-// leave) hung the child for ever; nor a static std::thread (a forked child inherits none).
-std::mutex& g_thread_mu = *new std::mutex;
-std::condition_variable& g_thread_cv = *new std::condition_variable;
+std::mutex g_thread_mu;
+std::condition_variable g_thread_cv;
 bool g_thread_stop = false;
-std::thread* g_thread = nullptr;
+std::thread* g_thread = nullptr;  // never a static std::thread: a forked child inherits none
 
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
