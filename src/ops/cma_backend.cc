@@ -11,7 +11,6 @@
 #include <string>
 
 #include "ops/mpi_wait.h"
-#include "ops/peer_watch.h"
 #include "ops/shared_regions.h"
 
 namespace mxhorovod {
@@ -38,10 +37,7 @@ constexpr int64_t kMaxStageBytes = int64_t(256) << 20;
 bool Blocking() { return GetWaitPolicy().blocking_data && !DoorbellEverywhere(); }
 
 Status Barrier(MPI_Comm comm) {
-  if (Blocking()) {
-    BlockingCallMark mark("MPI_Barrier");
-    return CheckMPI(MPI_Barrier(comm), "MPI_Barrier");
-  }
+  if (Blocking()) return CheckMPI(MPI_Barrier(comm), "MPI_Barrier");
   MPI_Request req;
   auto s = CheckMPI(MPI_Ibarrier(comm, &req), "MPI_Ibarrier");
   return s.ok() ? WaitRequest(&req, "MPI_Ibarrier", WaitFor::kSmall) : s;
@@ -49,7 +45,6 @@ Status Barrier(MPI_Comm comm) {
 
 Status AllgatherBytes(const void* mine, int bytes, void* all, MPI_Comm comm) {
   if (Blocking()) {
-    BlockingCallMark mark("MPI_Allgather");
     return CheckMPI(MPI_Allgather(mine, bytes, MPI_BYTE, all, bytes, MPI_BYTE, comm), "MPI_Allgather");
   }
   MPI_Request req;

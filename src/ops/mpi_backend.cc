@@ -4,7 +4,6 @@
 #include <string>
 
 #include "ops/mpi_wait.h"
-#include "ops/peer_watch.h"
 #include "ops/scale.h"
 
 namespace mxhorovod {
@@ -55,7 +54,6 @@ Status MPIBackend::Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp 
     int n = static_cast<int>(std::min(per_call, count - done));
     Status s;
     if (GetWaitPolicy().blocking_data) {
-      BlockingCallMark mark("MPI_Allreduce");
       s = CheckMPI(MPI_Allreduce(MPI_IN_PLACE, p + done * esize, n, Type(dtype), mpi_op, comm_),
                 "MPI_Allreduce");
     } else {
@@ -75,7 +73,6 @@ Status MPIBackend::Broadcast(void* buf, int64_t bytes, int root) {
     int n = static_cast<int>(std::min(slice_bytes_, bytes - done));
     Status s;
     if (GetWaitPolicy().blocking_data) {
-      BlockingCallMark mark("MPI_Bcast");
       s = CheckMPI(MPI_Bcast(p + done, n, MPI_BYTE, root, comm_), "MPI_Bcast");
     } else {
       MPI_Request req;
@@ -148,7 +145,6 @@ Status MPIBackend::Reducescatter(const void* send, void* recv,
   auto s = ToIntCounts(recv_counts, &counts, &displs, "reducescatter");
   if (!s.ok()) return s;
   if (GetWaitPolicy().blocking_data) {
-    BlockingCallMark mark("MPI_Reduce_scatter");
     return CheckMPI(MPI_Reduce_scatter(send, recv, counts.data(), Type(dtype), Op(dtype, op), comm_),
                  "MPI_Reduce_scatter");
   }

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "common/job_abort.h"
 #include "common/logging.h"
 #include "ops/peer_watch.h"
 
@@ -128,7 +129,18 @@ class EndedPeerCheck {
     const bool again = !ended.empty() && ended == seen_;
     seen_ = ended;
     if (!again) return;
-    EndJobForEndedPeers(ended, groups, what_);
+    // What the dead rank forked holds its output pipes: mpirun would wait for it after the
+    // abort, as it waited for the dead rank. Killed at once after the look (the log line
+    // below may block on a full pipe).
+    for (int64_t g : groups) kill(-(pid_t)g, SIGKILL);
+    LogError(ended + " has ended while this rank waited for it in " + what_ +
+             " (its process is gone or a zombie), and the launcher did not end the job (a process "
+             "that rank forked, still running, may hold its connection to the launcher): no "
+             "rank can go on; ending the job (MPI_Abort)" +
+             (groups.empty() ? "" : " and what that rank forked (SIGKILL to its process group, "
+                                    "as mpirun's cleanup does)"));
+    AbortJob(1);
+    _exit(1);  // MPI was not running: nothing else would end this process
   }
 
  private:

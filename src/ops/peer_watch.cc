@@ -5,19 +5,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
-#include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
-#include <thread>
 #include <vector>
-
-#include "common/job_abort.h"
-#include "common/logging.h"
 
 namespace mxhorovod {
 namespace {
@@ -70,41 +63,6 @@ Look ReadProc(int64_t pid, char* state, int64_t* start_time) {
   return *start_time >= 0 ? Look::kRuns : Look::kUnknown;
 }
 
-// The blocking call in progress (BlockingCallMark) and the watch's thread.
-std::atomic<const char*> g_blocked_what{nullptr};
-std::atomic<uint64_t> g_blocked_seq{0};
-std::atomic<int64_t> g_blocked_since_ns{0};
-std::mutex g_thread_mu;
-std::condition_variable g_thread_cv;
-bool g_thread_stop = false;
-std::thread* g_thread = nullptr;  // never a static std::thread: a forked child inherits none
-
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-void WatchBlockingCalls() {
-  std::string seen;
-  uint64_t seen_seq = 0;
-  std::unique_lock<std::mutex> lk(g_thread_mu);
-  while (!g_thread_cv.wait_for(lk, std::chrono::seconds(1), [] { return g_thread_stop; })) {
-    const uint64_t seq = g_blocked_seq.load();
-    const char* what = g_blocked_what.load();
-    if (!what || NowNs() - g_blocked_since_ns.load() < 1000000000LL) {
-      seen.clear();
-      continue;
-    }
-    std::vector<int64_t> groups;
-    const std::string ended = EndedLocalPeers(&groups);
-    const bool again = !ended.empty() && ended == seen && seq == seen_seq &&
-                       g_blocked_seq.load() == seq && g_blocked_what.load() == what;
-    seen = ended;
-    seen_seq = seq;
-    if (again) EndJobForEndedPeers(ended, groups, what);
-  }
-}
-
 uint64_t PidNamespace() {
   struct stat st;
   return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
@@ -132,53 +90,14 @@ void WatchLocalPeers(MPI_Comm local, int job_rank) {
       watched.push_back(all[q]);
     }
   }
-  const bool any = !watched.empty();
-  {
-    std::lock_guard<std::mutex> lk(g_mu);
-    g_watched = std::move(watched);
-  }
-  if (any && !g_thread) {
-    g_thread_stop = false;
-    g_thread = new std::thread(WatchBlockingCalls);
-  }
+  std::lock_guard<std::mutex> lk(g_mu);
+  g_watched = std::move(watched);
 }
 
 void StopWatchingPeers() {
-  {
-    std::lock_guard<std::mutex> lk(g_mu);
-    g_watched.clear();
-  }
-  if (!g_thread) return;
-  {
-    std::lock_guard<std::mutex> lk(g_thread_mu);
-    g_thread_stop = true;
-  }
-  g_thread_cv.notify_all();
-  g_thread->join();
-  delete g_thread;
-  g_thread = nullptr;
+  std::lock_guard<std::mutex> lk(g_mu);
+  g_watched.clear();
 }
-
-void EndJobForEndedPeers(const std::string& ended, const std::vector<int64_t>& groups,
-                         const char* what) {
-  for (int64_t g : groups) kill(-(pid_t)g, SIGKILL);  // before the log line, which may block
-  LogError(ended + " has ended while this rank waited for it in " + what +
-           " (its process is gone or a zombie), and the launcher did not end the job (a process "
-           "that rank forked, still running, may hold its connection to the launcher): no "
-           "rank can go on; ending the job (MPI_Abort)" +
-           (groups.empty() ? "" : " and what that rank forked (SIGKILL to its process group, "
-                                  "as mpirun's cleanup does)"));
-  AbortJob(1);
-  _exit(1);  // MPI was not running: nothing else would end this process
-}
-
-BlockingCallMark::BlockingCallMark(const char* what) {
-  g_blocked_since_ns.store(NowNs());
-  g_blocked_seq.fetch_add(1);
-  g_blocked_what.store(what);
-}
-
-BlockingCallMark::~BlockingCallMark() { g_blocked_what.store(nullptr); }
 
 std::string EndedLocalPeers(std::vector<int64_t>* groups) {
   std::lock_guard<std::mutex> lk(g_mu);

@@ -8,9 +8,7 @@
 // exit_with_forked_child.py; CI runs also showed Hydra missing a rank's os._exit or
 // watchdog exit now and then without any child). The ranks of one host see each other's
 // processes in /proc, so a rank waiting in a collective can tell that a peer it waits for is
-// gone and end the job itself: in mxhorovod's waits (mpi_wait.cc, WaitRequest), and inside
-// MPI's blocking calls through the watch's own thread (BlockingCallMark). Ranks of other
-// hosts are not watched.
+// gone and end the job itself (mpi_wait.cc). Ranks of other hosts are not watched.
 #ifndef MXHOROVOD_OPS_PEER_WATCH_H_
 #define MXHOROVOD_OPS_PEER_WATCH_H_
 
@@ -40,26 +38,6 @@ void StopWatchingPeers();
 // take that pid meanwhile, so `kill(-pid)` reaches only what that rank forked (never this
 // process's own group).
 std::string EndedLocalPeers(std::vector<int64_t>* groups = nullptr);
-
-// Logs that `ended` (EndedLocalPeers' text) has ended while this rank waited for it in
-// `what`, SIGKILLs `groups` first (what the dead ranks forked, as mpirun's cleanup does:
-// it holds their output pipes, which mpirun would wait for), and ends the job (MPI_Abort).
-[[noreturn]] void EndJobForEndedPeers(const std::string& ended, const std::vector<int64_t>& groups,
-                                      const char* what);
-
-// Marks the calling thread as inside one of MPI's blocking calls (`what`, a string
-// literal) for the mark's life, where WaitRequest's looks cannot run: the watch's own
-// thread (started by WatchLocalPeers when it watches some peer, stopped by
-// StopWatchingPeers) looks once a second from the call's first second on and, when a peer
-// is seen ended at two looks in the same call, ends the job from that thread. One mark at
-// a time (the background thread's).
-class BlockingCallMark {
- public:
-  explicit BlockingCallMark(const char* what);
-  ~BlockingCallMark();
-  BlockingCallMark(const BlockingCallMark&) = delete;
-  BlockingCallMark& operator=(const BlockingCallMark&) = delete;
-};
 
 }  // namespace mxhorovod
 
