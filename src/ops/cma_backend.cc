@@ -287,7 +287,8 @@ Status CMABackend::AllreduceBuffers(const std::vector<void*>& bufs,
   mine[k + 1] = stage ? (uint64_t)(uint32_t)stage_ref_.fd << 32 | stage_ref_.id : 0;
   auto s = AllgatherBytes(mine.data(), (int)(w * sizeof(uint64_t)), gathered.data(), comm_);
   if (!s.ok()) return s;
-  bool some_shared = false, some_staged = false;  // the same answers on every rank
+  // some_shared: the same answer on every rank; some_staged: whether a peer of this rank stages.
+  bool some_shared = false, some_staged = false;
   for (int q = 0; q < size_; ++q) {
     std::copy(&gathered[q * w], &gathered[q * w + k], &addrs[q * k]);
     some_shared |= gathered[q * w + k] == k;
