@@ -194,7 +194,7 @@ class DistributedTrainer(mx.gluon.Trainer):
         gradients in, and only the fresh ranks update: the ranks' weights drift apart.)
 
         Every rank must pass the same ``batch_size`` (each divides the averaged gradient by
-        its own): ranks that passed different sizes are warned at the next step, once
+        its own): ranks that passed different sizes are warned two steps later, once
         (``UserWarning``; :mod:`mxhorovod.batch_check`, one 32-byte allreduce per step).
         """
         self._check_batch_size(batch_size)
@@ -230,7 +230,7 @@ class DistributedTrainer(mx.gluon.Trainer):
         super(DistributedTrainer, self).update(batch_size, ignore_stale_grad)
 
     def _check_batch_size(self, batch_size, method="step"):
-        # Ranks passing different batch sizes update differently: warned at the next step
+        # Ranks passing different batch sizes update differently: warned two steps later
         # (mxhorovod.batch_check; one 32-byte allreduce per step, never waited for).
         if _outside(self._process_set) or _ps_size(self._process_set, "DistributedTrainer") == 1:
             return

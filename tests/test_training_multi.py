@@ -79,8 +79,8 @@ def test_auto_names_match_when_ranks_made_different_helpers(np_):
 
 
 @pytest.mark.parametrize("np_", [2, 3])
-def test_different_batch_sizes_are_warned_at_the_next_step(np_):
-    # step(b) / update(b) with b differing on one rank: one UserWarning per trainer at the
-    # next step, on every rank of the trainer's set, naming the step and the sizes; none for
+def test_different_batch_sizes_are_warned_two_steps_later(np_):
+    # step(b) / update(b) with b differing on one rank: one UserWarning per trainer two
+    # steps later, on every rank of the trainer's set, naming the step and the sizes; none for
     # equal sizes (Horovod says nothing while the ranks' weights drift apart).
     run_ranks(np_, "train_batch_size.py", timeout=240)

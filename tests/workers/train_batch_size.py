@@ -1,5 +1,5 @@
 """Ranks passing different batch sizes to DistributedTrainer.step / update are warned once,
-at the trainer's next step, on every rank (mxhorovod.batch_check); equal sizes never warn.
+two steps later (mxhorovod.batch_check reads a step's check at the step after next), on every rank (mxhorovod.batch_check); equal sizes never warn.
 Also: a trainer in a process set that leaves out the last rank, with bucket views, and
 the allreduce_grads() + update() path; NaN sizes (on one rank: warned; on every rank: not);
 a mismatch in the last step, warned at hvd.shutdown(). Prints RANK <r> OK."""
@@ -51,13 +51,13 @@ def trainer_for(prefix, **kw):
 trainer, net = trainer_for("same_")
 assert run(trainer, net, [4, 4, 3, 3, 4]) == [[]] * 5
 
-# Step 2 (1-based) differs on rank 1 and later: warned at step 3 only, naming both sizes.
+# Step 2 (1-based) differs on rank 1 and later: warned at step 4 only, naming both sizes.
 for split in (False, True):
     trainer, net = trainer_for("split_" if split else "step_", gradient_as_bucket_view=split)
     sizes = [4, 4 - (r == 1), 4, 4 - (r == 1), 4]
     got = run(trainer, net, sizes, split)
-    assert [len(g) for g in got] == [0, 0, 1, 0, 0], (r, got)
-    text = got[2][0]
+    assert [len(g) for g in got] == [0, 0, 0, 1, 0], (r, got)
+    text = got[3][0]
     assert "at step 2" in text and "this rank, %d, %d;" % (r, sizes[1]) in text and "from 3 to 4" in text, text
     assert ("DistributedTrainer.update(batch_size)" if split else "DistributedTrainer.step(") in text, text
 
@@ -72,25 +72,30 @@ for kind in ("optimizer", "kvstore"):
                                 kvstore="horovod")
     hvd.broadcast_parameters(net.collect_params(), root_rank=0)
     got = run(trainer, net, [4, 4, 3 + (r == 0), 4, 4])
-    assert [len(g) for g in got] == [0, 0, 0, 1, 0], (kind, r, got)
-    assert "Trainer.step(batch_size): at step 3" in got[3][0], got[3][0]
+    assert [len(g) for g in got] == [0, 0, 0, 0, 1], (kind, r, got)
+    assert "Trainer.step(batch_size): at step 3" in got[4][0], got[4][0]
 
 # A set of ranks 0 and 1: its members are warned; a rank outside it trains alone, unasked.
 trainer, net = trainer_for("set_", process_set=pair)
 got = run(trainer, net, [4, 4 - (r == 1), 4, 4])
-assert [len(g) for g in got] == ([0, 0, 1, 0] if r in (0, 1) else [0, 0, 0, 0]), (r, got)
+assert [len(g) for g in got] == ([0, 0, 0, 1] if r in (0, 1) else [0, 0, 0, 0]), (r, got)
 
 # NaN on rank 0 only: a mismatch, warned naming nan; NaN on every rank: none.
 trainer, net = trainer_for("nan1_")
-got = run(trainer, net, [4, float("nan") if r == 0 else 4, 4])
-assert [len(g) for g in got] == [0, 0, 1], (r, got)
-assert "at step 2" in got[2][0] and "from 4 to 4, and nan," in got[2][0], got[2][0]
+got = run(trainer, net, [4, float("nan") if r == 0 else 4, 4, 4])
+assert [len(g) for g in got] == [0, 0, 0, 1], (r, got)
+assert "at step 2" in got[3][0] and "from 4 to 4, and nan," in got[3][0], got[3][0]
 trainer, net = trainer_for("nanall_")
-assert run(trainer, net, [float("nan"), 4, 4]) == [[]] * 3, r
+assert run(trainer, net, [float("nan"), float("nan"), 4, 4]) == [[]] * 4, r
 
-# The last step differs: read and warned at shutdown(), once this rank's collectives ran.
+# The size changes and back on every rank (the check of a repeated size reuses its array).
+trainer, net = trainer_for("change_")
+assert run(trainer, net, [4, 3, 3, 4, 4, 3, 4]) == [[]] * 7, r
+
+# The last step differs: read and warned at shutdown(), once this rank's collectives ran
+# (with the step before it still unread too).
 trainer, net = trainer_for("last_")
-assert run(trainer, net, [4, 4 - (r == 1)]) == [[], []], r
+assert run(trainer, net, [4, 4, 4 - (r == 1)]) == [[], [], []], r
 hvd.allreduce(mx.nd.ones((1,)), name="done").wait_to_read()
 if r == n - 1:  # the others' shutdown stops mxhorovod here first: still read and warned
     time.sleep(1.0)
@@ -98,5 +103,5 @@ with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     hvd.shutdown()
 last = [str(w.message) for w in caught if "batch sizes" in str(w.message)]
-assert len(last) == 1 and "at step 2" in last[0] and "from 3 to 4" in last[0], (r, last)
+assert len(last) == 1 and "at step 3" in last[0] and "from 3 to 4" in last[0], (r, last)
 print("RANK %d OK" % r, flush=True)
