@@ -6,7 +6,7 @@ Every rank sleeps --seconds with nothing to do, once before ``hvd.init()`` (MXNe
 loaded, no background thread yet) and once after it (after a few warm-up collectives, so
 the background thread is in its steady state). Per rank and per phase: the process's CPU
 time (all threads, ``time.process_time``) per second of wall time, and the CPU time of
-the threads that ``hvd.init()`` started (from /proc/self/task/*/stat, in clock ticks), per
+the threads that ``hvd.init()`` started (from /proc/self/task/*/schedstat, ns), per
 second. An idle rank should burn ~0: a background thread that spins or polls MPI shows up
 as up to 1.0 (a whole core) in "library threads". Then a third phase, "waiting": every rank
 but the last starts an allreduce at once and the last rank starts it --seconds later (the
@@ -22,9 +22,6 @@ import time
 
 import common
 
-TICK = os.sysconf("SC_CLK_TCK")
-
-
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=5.0, help="idle seconds per phase")
@@ -36,27 +33,11 @@ def parse_args(argv=None):
     return args
 
 
-def thread_cpu():
-    """{tid: (name, CPU seconds)} of this process's threads (Linux /proc)."""
-    out = {}
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open("/proc/self/task/%s/stat" % tid) as f:
-                stat = f.read()
-            with open("/proc/self/task/%s/comm" % tid) as f:
-                name = f.read().strip()
-        except OSError:  # the thread ended meanwhile
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        out[int(tid)] = (name, (int(fields[11]) + int(fields[12])) / TICK)  # utime, stime
-    return out
-
-
 def idle(comm, seconds, library_tids=()):
     comm.Barrier()
-    th0, cpu0, t0 = thread_cpu(), time.process_time(), time.perf_counter()
+    th0, cpu0, t0 = common.thread_cpu(), time.process_time(), time.perf_counter()
     time.sleep(seconds)
-    th1, cpu1, t1 = thread_cpu(), time.process_time(), time.perf_counter()
+    th1, cpu1, t1 = common.thread_cpu(), time.process_time(), time.perf_counter()
     wall = t1 - t0
     lib = sum(th1[t][1] - th0[t][1] for t in library_tids if t in th0 and t in th1)
     busiest = max(((th1[t][1] - th0[t][1], th1[t][0], t) for t in th1 if t in th0),
@@ -74,10 +55,10 @@ def wait_for_late_peer(hvd, mx, comm, seconds, library_tids):
     comm.Barrier()
     if late:
         time.sleep(seconds)
-    th0, t0 = thread_cpu(), time.perf_counter()
+    th0, t0 = common.thread_cpu(), time.perf_counter()
     hvd.allreduce_(x, op=hvd.Sum, name="idle.late")
     x.wait_to_read()
-    th1, t1 = thread_cpu(), time.perf_counter()
+    th1, t1 = common.thread_cpu(), time.perf_counter()
     lib = sum(th1[t][1] - th0[t][1] for t in library_tids if t in th0 and t in th1)
     return None if late else {"wall_s": t1 - t0, "library_threads_cpu_per_s": lib / (t1 - t0)}
 
@@ -89,7 +70,7 @@ def worker(args):
     hvd = common.load_hvd(args.impl)
     comm = MPI.COMM_WORLD
     mx.nd.ones((4,)).wait_to_read()  # MXNet's engine threads started
-    before_tids = set(thread_cpu())
+    before_tids = set(common.thread_cpu())
     before = idle(comm, args.seconds)
     hvd.init()
     x = mx.nd.ones((1024,))
@@ -97,7 +78,7 @@ def worker(args):
         hvd.allreduce_(x, op=hvd.Sum, name="idle.warmup")
         hvd.grouped_allreduce_([x], op=hvd.Sum, name="idle.group")
         x.wait_to_read()
-    new_tids = set(thread_cpu()) - before_tids
+    new_tids = set(common.thread_cpu()) - before_tids
     after = idle(comm, args.seconds, new_tids)
     waiting = wait_for_late_peer(hvd, mx, comm, args.seconds, new_tids)
     mine = {"rank": comm.Get_rank(), "before_init": before, "after_init": after,

@@ -34,7 +34,14 @@ them is what communication and synchronization cost, and the lockstep row splits
 ceiling - lockstep is the price of synchronization alone, lockstep - efficiency that of the
 gradient exchange. Reported: the median (min..max) over --blocks rounds of each per-round
 figure, after --warmup steps of every mode. The library stays loaded in every mode (its
-background thread idle outside its own blocks), as in a real job.
+background thread idle outside its own blocks), as in a real job. A second table says where
+the CPU went: per mode, the CPU ms per step of each rank's threads (from
+/proc/self/task/*/schedstat) in three kinds: the main (Python) thread, MXNet's threads
+(engine workers, OpenMP), and the threads ``hvd.init()`` started (the background thread,
+MPI's); the mean over the ranks that train, the median over rounds. On a machine with as
+many ranks as cores the job is CPU-bound, and a DistributedTrainer step costs what its
+extra CPU ms cost (2026-12-03, MNIST on 2 cores: the per-step batch-size check's array took
+~0.7 ms of the main thread per step, measured this way).
 Models: "resnet50" (``mxnet.gluon.model_zoo.vision.resnet50_v1``, batch 8 per rank,
 3 x --image-size^2 images, 1000 classes) and "mnist" (the CNN of examples/mxnet_mnist.py,
 imported from there; batch 64 per rank, 1 x 28 x 28). Prints a table and one JSON line.
@@ -48,6 +55,7 @@ import common
 from common import stats
 
 MODELS = {"resnet50": {"batch": 8, "steps": 20}, "mnist": {"batch": 64, "steps": 200}}
+CPU_KINDS = ("main", "mxnet", "library")
 
 
 def parse_args(argv=None):
@@ -123,7 +131,11 @@ def worker(args):
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
     hvd = common.load_hvd(args.impl)
+    mx.nd.ones((4,)).wait_to_read()  # MXNet's engine threads started
+    before = set(common.thread_cpu())
     hvd.init()
+    hvd.allreduce(mx.nd.ones((4,)), name="scaling.threads").wait_to_read()
+    library = set(common.thread_cpu()) - before  # what init() started: background, MPI
     batch, steps = batch_for(args, model), steps_for(args, model)
     modes = modes_for(args.impl)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
@@ -162,30 +174,40 @@ def worker(args):
             comm.Barrier()
 
     def block(mode, n):
-        """Images/s of this rank over n steps of ``mode`` (None where it does not train)."""
+        """(images/s of this rank over n steps of ``mode``, {thread kind: CPU ms per
+        step}), both None where it does not train."""
         idle_barrier(comm)
-        rate = None
+        rate = cpu = None
         if mode != "one" or rank == 0:
-            t0 = time.perf_counter()
+            c0, t0 = common.thread_cpu(), time.perf_counter()
             for _ in range(n):
                 step(mode)
             mx.nd.waitall()
             dt = time.perf_counter() - t0
+            c1 = common.thread_cpu()
             rate = n * batch / dt
+            cpu = dict.fromkeys(CPU_KINDS, 0.0)
+            for tid, (_, seconds) in c1.items():
+                kind = "main" if tid == os.getpid() else \
+                    "library" if tid in library else "mxnet"
+                cpu[kind] += (seconds - c0.get(tid, (None, 0.0))[1]) * 1000.0 / n
         idle_barrier(comm)
-        return rate
+        return rate, cpu
 
     for mode in modes:
         block(mode, args.warmup)
     per_block = max(1, steps // args.blocks)
-    rounds = []
+    rounds, cpu_rounds = [], []
     for r in range(args.blocks):
         order = modes[r % len(modes):] + modes[:r % len(modes)]
-        rates = {}
+        rates, cpus = {}, {}
         for mode in order:
-            rate = block(mode, per_block)
+            rate, cpu = block(mode, per_block)
             every = comm.gather(rate, root=0)
+            cpu_every = [c for c in comm.gather(cpu, root=0) or [] if c is not None]
             if rank == 0:
+                cpus[mode] = {k: sum(c[k] for c in cpu_every) / len(cpu_every)
+                              for k in CPU_KINDS}
                 if mode == "one":
                     rates[mode] = rate
                 elif mode == "independent":
@@ -193,11 +215,13 @@ def worker(args):
                 else:  # the slowest rank sets the pace of a synchronous job
                     rates[mode] = size * min(every)
         rounds.append(rates)
+        cpu_rounds.append(cpus)
     hvd.shutdown()
     if rank != 0:
         return None
     return {"model": model, "ranks": size, "impl": args.impl, "batch": batch,
-            "steps_per_block": per_block, "rounds": rounds, "module": hvd.__file__}
+            "steps_per_block": per_block, "rounds": rounds, "cpu_rounds": cpu_rounds,
+            "module": hvd.__file__}
 
 
 def run_model(args, model):
@@ -236,7 +260,7 @@ def summarize(r):
             rows.append({"model": r["model"], "library": label, "run": impl, "ranks": p,
                          "error": res["error"]})
             continue
-        rounds = res["rounds"]
+        rounds, cpu_rounds = res["rounds"], res.get("cpu_rounds") or []
         eff = {m: [x[m] / (p * x["one"]) for x in rounds] for m in rounds[0] if m != "one"}
         ceiling = eff.pop("independent")
         for mode in modes_for(impl):
@@ -244,6 +268,11 @@ def summarize(r):
                    "run": NAMES[mode].format(p=p, impl=impl),
                    "ranks": 1 if mode == "one" else p,
                    "images_per_s": stats([x[mode] for x in rounds])}
+            if cpu_rounds:
+                per = [x[mode] for x in cpu_rounds]
+                row["cpu_ms_per_step"] = {k: stats([c[k] for c in per])["median"]
+                                          for k in CPU_KINDS}
+                row["cpu_ms_per_step"]["total"] = stats([sum(c.values()) for c in per])["median"]
             if mode == "independent":
                 row["ceiling"] = stats(ceiling)["median"]
             elif mode != "one":
@@ -279,9 +308,23 @@ def report(model_results):
               "run per library; efficiency = images/s(p) / (p x images/s(1)), ceiling = the "
               "same for p independent ranks, lockstep = p ranks with a barrier per step and no "
               "exchange; efficiency, ceiling and gaps: medians of the per-round figures")
+    cpu_rows = [r for r in rows if "cpu_ms_per_step" in r]
+    if cpu_rows:
+        common.print_table(
+            ["model", "library", "run", "main thread", "MXNet's threads", "library threads",
+             "total"],
+            [[r["model"], r["library"], r["run"]] +
+             ["%.2f" % r["cpu_ms_per_step"][k] for k in CPU_KINDS + ("total",)]
+             for r in cpu_rows],
+            title="CPU ms per training step per rank (mean over the ranks that train, median "
+                  "over rounds): Python's thread, MXNet's engine and OpenMP threads, and the "
+                  "threads hvd.init() started (background thread, MPI); with as many ranks as "
+                  "cores every CPU ms the library adds is taken from the model")
     rounds = {r["model"]: {impl: res.get("rounds") for impl, res in r["runs"].items()}
               for r in model_results}
-    return common.emit("scaling", rows, rounds=rounds)
+    cpu_rounds = {r["model"]: {impl: res.get("cpu_rounds") for impl, res in r["runs"].items()}
+                  for r in model_results}
+    return common.emit("scaling", rows, rounds=rounds, cpu_rounds=cpu_rounds)
 
 
 def main(argv=None):

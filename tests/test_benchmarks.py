@@ -138,6 +138,18 @@ def test_scaling_mnist():
         assert r["gap"] == pytest.approx(median_of(
             lambda x: (x["independent"] - x[mode]) / (2 * x["one"])))
         assert r["images_per_s"]["median"] == pytest.approx(median_of(lambda x: x[mode]))
+    cpu_rounds = obj["cpu_rounds"]["mnist"]["mxhorovod"]
+    mode_of = {"1 process": "one", "2 independent ranks": "independent", "mxhorovod": "dist",
+               "2 ranks in lockstep, no exchange": "lockstep", "mxhorovod bucket views": "views"}
+    for name, r in runs.items():  # where the CPU went: every mode, every kind of thread
+        cpu, mode = r["cpu_ms_per_step"], mode_of[name]
+        assert set(cpu) == {"main", "mxnet", "library", "total"}
+        assert all(v >= 0 for v in cpu.values()) and cpu["mxnet"] > 0, cpu
+        for kind in ("main", "mxnet", "library"):
+            assert cpu[kind] == pytest.approx(common.stats(
+                [x[mode][kind] for x in cpu_rounds])["median"])
+        assert cpu["total"] == pytest.approx(common.stats(
+            [sum(x[mode].values()) for x in cpu_rounds])["median"])
     ours = runs["mxhorovod"]
     assert ours["lockstep_gap"] == pytest.approx(median_of(
         lambda x: (x["lockstep"] - x["dist"]) / (2 * x["one"])))
