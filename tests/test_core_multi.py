@@ -17,10 +17,10 @@ def test_collectives_every_dtype_and_op(np_):
 
 def test_collectives_small_fusion_buffer_and_slices():
     # Fusion threshold below the big tensor, MPI calls sliced at 64 KiB, and the data calls
-    # nonblocking although the ranks fit the cores (MXHOROVOD_BLOCKING_DATA=0).
+    # MPI's blocking ones (MXHOROVOD_BLOCKING_DATA=1; not the default).
     run_ranks(2, "core_collectives.py", timeout=240,
               env={"HOROVOD_FUSION_THRESHOLD": str(1 << 20), "MXHOROVOD_SLICE_BYTES": str(1 << 16),
-                   "MXHOROVOD_BLOCKING_DATA": "0"})
+                   "MXHOROVOD_BLOCKING_DATA": "1"})
 
 
 @pytest.mark.parametrize("np_", [2, 3])

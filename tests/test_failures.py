@@ -169,14 +169,17 @@ def test_rank_guard_names_a_rank_that_ended_without_finalizing_mpi():
 
 
 @pytest.mark.parametrize("np_,mode,guard", [(2, "os_exit", False), (3, "sigkill", False),
-                                             (2, "os_exit", True)])
+                                             (2, "os_exit", True),
+                                             (2, "killed_in_broadcasts", False)])
 def test_a_rank_ending_while_its_forked_child_holds_the_launcher_connection_ends_the_job(
         np_, mode, guard):
     # Rank 1 forks a child (as a DataLoader worker does), then ends while the others wait
     # for it in a collective. The child keeps Hydra's connection of rank 1 open, so mpirun
     # did not end the job: the others waited forever (past this test's timeout). Now a
     # waiting rank sees its local peer gone and ends the job, naming it, and kills what
-    # rank 1 forked (its process group), as mpirun's cleanup would have. (Under the guard a
+    # rank 1 forked (its process group), as mpirun's cleanup would have; also when the
+    # survivors wait in a broadcast's data calls (MPI's blocking MPI_Bcast by default until
+    # 2026-12-03, which never came back to look: a hang). (Under the guard a
     # rank killed by a signal is handled by the guard: it kills the group, and mpirun ends
     # the job; one that exits leaves its group running, as mpirun does.)
     proc = run_ranks(np_, "exit_with_forked_child.py", [mode], timeout=45, expect_ok=False,
@@ -187,7 +190,7 @@ def test_a_rank_ending_while_its_forked_child_holds_the_launcher_connection_ends
         assert found, out
         assert proc.returncode != 0 and "RANK 0 OK" not in out, out
         survivor = r"\[[02]\]<error> %s mxhorovod: rank 1 \(pid %s on \S+\) has ended while this rank " \
-                   r"waited for it in MPI_\w+ \(negotiation\) \(its process is gone or a zombie\), .*" \
+                   r"waited for it in MPI_\w+( \(negotiation\))? \(its process is gone or a zombie\), .*" \
                    r"no rank can go on; ending the job \(MPI_Abort\) and what that rank forked " \
                    r"\(SIGKILL to its process group, as mpirun's cleanup does\)$" % (TIME, found.group(2))
         assert re.search(survivor, out, re.M), out

@@ -233,9 +233,9 @@ def test_hierarchical_fake_hosts_uneven():
 
 
 def test_more_ranks_than_cores_on_one_fake_host_only():
-    # More ranks than cores on host "a" (nonblocking data calls by default there), one rank
-    # on host "b" (blocking by default): the ranks agree on nonblocking (a hang before:
-    # MPI's blocking and nonblocking collectives do not match).
+    # More ranks than cores on host "a" (no busy test in its data waits), one rank on host
+    # "b": the ranks' data calls match (until 2026-12-03 "b" blocked by default and "a" did
+    # not: agreed on nonblocking, a hang before that agreement).
     why = fake_hosts_unavailable()
     if why:
         pytest.skip(why)

@@ -260,7 +260,7 @@ void BackgroundLoop(StartArgs args) {
     // More ranks than cores: a waiting rank must give its core away almost at once.
     policy.spins = 4;
     policy.max_sleep_us = 1000;
-    policy.blocking_data = false;
+    policy.data_busy_us = 0;
   }
   if (cfg.blocking_data >= 0) policy.blocking_data = cfg.blocking_data != 0;
   // Plus a cycle: a peer with nothing to do may sleep that long before negotiating.

@@ -22,7 +22,7 @@ struct Config {
   int autotune_steps_per_sample = 10;         // HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE (>= 1)
   int64_t zero_copy_bytes = 64ll << 10;       // MXHOROVOD_ZERO_COPY_BYTES: larger goes in place
   // MXHOROVOD_BLOCKING_DATA: 1 = MPI's blocking (polling) calls for the data, 0 = nonblocking
-  // calls waited with yield-then-sleep; unset (-1) = blocking unless ranks outnumber cores.
+  // calls waited by mxhorovod (a short busy test, then yield, then sleep); unset (-1) = 0.
   int blocking_data = -1;
   // MXHOROVOD_CMA: allreduce by cross-memory attach when all ranks share a host (ops/cma_backend.h);
   // MXHOROVOD_CMA_MIN_BYTES: smaller buffers go through MPI.

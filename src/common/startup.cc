@@ -233,8 +233,7 @@ Status StartMPI(int64_t comm_f2c, const std::vector<int>& ranks, bool hierarchic
 // that disagree made mismatched MPI calls (wrong sums, "Message truncated" aborts,
 // SIGSEGV) or hung; now init() fails on every rank naming the setting and the ranks' values.
 // MXHOROVOD_BLOCKING_DATA (MPI's blocking calls do not match the nonblocking ones: a hang)
-// is agreed instead: blocking only when every rank would block, so a host with more ranks
-// than cores next to one with fewer (its default) works too.
+// is agreed instead: blocking only when every rank asks for it (the default is not to).
 Status AgreeOnSettings(MPI_Comm comm, const Topology& topo, bool dynamic, Config* cfg) {
   struct Setting {
     const char* name;
@@ -251,9 +250,7 @@ Status AgreeOnSettings(MPI_Comm comm, const Topology& topo, bool dynamic, Config
       {"HOROVOD_DYNAMIC_PROCESS_SETS (or init(process_sets=\"dynamic\"))", dynamic ? 1 : 0},
   };
   const size_t n = mine.size() + 1;
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  const int64_t blocking = cfg->blocking_data >= 0 ? cfg->blocking_data
-                                                    : (cores > 0 && topo.local_size > cores ? 0 : 1);
+  const int64_t blocking = cfg->blocking_data >= 0 ? cfg->blocking_data : 0;
   std::vector<int64_t> values(n), all(n * topo.size);
   for (size_t i = 0; i < mine.size(); ++i) values[i] = mine[i].value;
   values[mine.size()] = blocking;

@@ -273,6 +273,17 @@ Status WaitRequest(MPI_Request* req, const char* what, WaitFor kind) {
   int ring_backs = kRingBacks;
   bool ring = true;
   long sleep_us = late ? cap : 10;
+  if (kind == WaitFor::kData && g_policy.data_busy_us > 0) {
+    const auto until = std::chrono::steady_clock::now() +
+                       std::chrono::microseconds(g_policy.data_busy_us);
+    do {
+      int done = 0;
+      int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+      if (bell && (ring || done)) Ring(bell);
+      ring = false;
+      if (rc != MPI_SUCCESS || done) return CheckMPI(rc, what);
+    } while (std::chrono::steady_clock::now() < until);
+  }
   SlowWaitReport slow(what, g_policy.warn_after_s);
   EndedPeerCheck ended(what);
   for (int round = 0;; ++round) {

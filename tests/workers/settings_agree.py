@@ -84,8 +84,8 @@ for var, bad, bad_rank in [("HOROVOD_CYCLE_TIME", "abc", n - 1), ("HOROVOD_LOG_L
     assert not hvd.is_initialized()
     os.environ.pop(var, None)
 
-# Blocking data calls on some ranks only (as a host with more ranks than cores next to one
-# with fewer gets by default): agreed, no hang, right values.
+# Blocking data calls asked for on some ranks only: agreed (nonblocking), no hang, right
+# values.
 os.environ["MXHOROVOD_BLOCKING_DATA"] = "0" if rank == 0 else "1"
 hvd.init()
 collectives("blocking")
