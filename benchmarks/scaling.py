@@ -37,8 +37,8 @@ figure, after --warmup steps of every mode. The library stays loaded in every mo
 background thread idle outside its own blocks), as in a real job. A second table says where
 the CPU went: per mode, the CPU ms per step of each rank's threads (from
 /proc/self/task/*/schedstat) in three kinds: the main (Python) thread, MXNet's threads
-(engine workers, OpenMP), and the threads ``hvd.init()`` started (the background thread,
-MPI's); the mean over the ranks that train, the median over rounds. On a machine with as
+(engine workers, OpenMP; any thread that starts later counts here), and the threads that
+``MPI_Init`` and ``hvd.init()`` started (the background thread; MPICH starts none); the mean over the ranks that train, the median over rounds. On a machine with as
 many ranks as cores the job is CPU-bound, and a DistributedTrainer step costs what its
 extra CPU ms cost (2026-12-03, MNIST on 2 cores: the per-step batch-size check's array took
 ~0.7 ms of the main thread per step, measured this way).
@@ -124,18 +124,19 @@ def modes_for(impl):
 def worker(args):
     """The modes in alternation; the per-round rates on rank 0."""
     import mxnet as mx
-    from mpi4py import MPI
     from mxnet import autograd, gluon
+
+    mx.nd.ones((4,)).wait_to_read()  # MXNet's engine threads started
+    before = set(common.thread_cpu())
+    from mpi4py import MPI  # MPI_Init: threads MPI starts (if any) count as the library's
 
     model = args.models[0]
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
     hvd = common.load_hvd(args.impl)
-    mx.nd.ones((4,)).wait_to_read()  # MXNet's engine threads started
-    before = set(common.thread_cpu())
     hvd.init()
     hvd.allreduce(mx.nd.ones((4,)), name="scaling.threads").wait_to_read()
-    library = set(common.thread_cpu()) - before  # what init() started: background, MPI
+    library = set(common.thread_cpu()) - before  # MPI's and init()'s: background thread
     batch, steps = batch_for(args, model), steps_for(args, model)
     modes = modes_for(args.impl)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
@@ -318,8 +319,8 @@ def report(model_results):
              for r in cpu_rows],
             title="CPU ms per training step per rank (mean over the ranks that train, median "
                   "over rounds): Python's thread, MXNet's engine and OpenMP threads, and the "
-                  "threads hvd.init() started (background thread, MPI); with as many ranks as "
-                  "cores every CPU ms the library adds is taken from the model")
+                  "threads MPI_Init and hvd.init() started (background thread); with as many "
+                  "ranks as cores every CPU ms the library adds is taken from the model")
     rounds = {r["model"]: {impl: res.get("rounds") for impl, res in r["runs"].items()}
               for r in model_results}
     cpu_rounds = {r["model"]: {impl: res.get("cpu_rounds") for impl, res in r["runs"].items()}

@@ -84,12 +84,12 @@ class BatchSizeCheck(object):
 
 
 def check_last_steps():
-    """Reads the last step's check of every trainer of this process (``hvd.shutdown()`` and
-    the exit call it after this rank's collectives have run). Never raises: a job that is
-    stopping with an error says so elsewhere."""
+    """Reads the last two steps' checks of every trainer of this process (``hvd.shutdown()``
+    and the exit call it after this rank's collectives have run), and forgets them. Never
+    raises: a job that is stopping with an error says so elsewhere."""
     for check in list(_live):
         try:
             while check._pending:
                 check._check_oldest(stacklevel=2)
         except Exception:  # noqa: BLE001 - the collective failed with the job
-            pass
+            check._pending.clear()  # a later init() must not read this job's results

@@ -85,7 +85,7 @@ def test_hierarchical_sends_less_between_hosts(hosts):
     # hosts twice with 2(p-1)/p = 1.5x the payload each way; hierarchical sends only
     # between the two local roots: 2(2-1)/2 = 1x. Proves the hierarchical path ran.
     mib = 8
-    # (The data plane calls MPI_Allreduce, or MPI_Iallreduce when ranks outnumber cores.)
+    # (The data plane calls MPI_Iallreduce, or MPI_Allreduce with MXHOROVOD_BLOCKING_DATA=1.)
     ring = {"MPIR_CVAR_IALLREDUCE_INTRA_ALGORITHM": "tsp_ring",
             "MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM": "ring"}
     flat = hosts.run(["h1", "h2"], "multihost_traffic.py", [mib], ppn=2, timeout=120, env=ring)

@@ -285,7 +285,8 @@ Status AgreeOnSettings(MPI_Comm comm, const Topology& topo, bool dynamic, Config
   int64_t agreed = 1;
   for (int r = 0; r < topo.size; ++r) agreed = std::min(agreed, all[r * n + mine.size()]);
   if (agreed != blocking) {
-    LogDebug("MXHOROVOD_BLOCKING_DATA: nonblocking data calls, as another rank needs them");
+    Log(LogLevel::kInfo, "MXHOROVOD_BLOCKING_DATA=1 on this rank, not on every rank: the "
+                         "data calls are nonblocking (they must match on every rank)");
   }
   cfg->blocking_data = (int)agreed;
   return Status::OK();

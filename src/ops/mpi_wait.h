@@ -1,6 +1,7 @@
 // Waiting on a nonblocking MPI request without burning a core: MPICH's blocking calls poll
 // at full speed, which starves the model's threads (and the other ranks when there are more
-// ranks than cores). We test, yield a few times, then sleep with a growing, capped pause.
+// ranks than cores). We test (data calls: back to back for 50 us first), yield a few times,
+// then sleep with a growing, capped pause.
 // The sleep is on a doorbell shared by the ranks of one host (a futex word in /dev/shm):
 // a rank that starts or finishes its part of a collective rings it, so a peer waiting for
 // that part wakes at once instead of at the end of its pause, and a rank that waits long for

@@ -1,5 +1,6 @@
 """Ranks passing different batch sizes to DistributedTrainer.step / update are warned once,
-two steps later (mxhorovod.batch_check reads a step's check at the step after next), on every rank (mxhorovod.batch_check); equal sizes never warn.
+two steps later (a step's check is read at the step after next), on every rank
+(mxhorovod.batch_check); equal sizes never warn.
 Also: a trainer in a process set that leaves out the last rank, with bucket views, and
 the allreduce_grads() + update() path; NaN sizes (on one rank: warned; on every rank: not);
 a mismatch in the last step, warned at hvd.shutdown(). Prints RANK <r> OK."""
