@@ -38,8 +38,9 @@ background thread idle outside its own blocks), as in a real job. A second table
 the CPU went: per mode, the CPU ms per step of each rank's threads (from
 /proc/self/task/*/schedstat) in three kinds: the main (Python) thread, MXNet's threads
 (engine workers, OpenMP; any thread that starts later counts here), and the threads that
-``MPI_Init`` and ``hvd.init()`` started (the background thread; MPICH starts none); the mean over the ranks that train, the median over rounds. On a machine with as
-many ranks as cores the job is CPU-bound, and a DistributedTrainer step costs what its
+``MPI_Init`` and ``hvd.init()`` started (the background thread; MPICH starts none); the
+mean over the ranks that train, the median over rounds. On a machine with as many ranks as
+cores the job is CPU-bound, and a DistributedTrainer step costs what its
 extra CPU ms cost (2026-12-03, MNIST on 2 cores: the per-step batch-size check's array took
 ~0.7 ms of the main thread per step, measured this way).
 Models: "resnet50" (``mxnet.gluon.model_zoo.vision.resnet50_v1``, batch 8 per rank,
@@ -203,14 +204,14 @@ def worker(args):
         order = modes[r % len(modes):] + modes[:r % len(modes)]
         rates, cpus = {}, {}
         for mode in order:
-            rate, cpu = block(mode, per_block)
-            every = comm.gather(rate, root=0)
-            cpu_every = [c for c in comm.gather(cpu, root=0) or [] if c is not None]
+            gathered = comm.gather(block(mode, per_block), root=0)
             if rank == 0:
+                every = [rate for rate, _ in gathered]  # rank order: rank 0's first
+                cpu_every = [cpu for _, cpu in gathered if cpu is not None]
                 cpus[mode] = {k: sum(c[k] for c in cpu_every) / len(cpu_every)
                               for k in CPU_KINDS}
                 if mode == "one":
-                    rates[mode] = rate
+                    rates[mode] = every[0]
                 elif mode == "independent":
                     rates[mode] = sum(every)
                 else:  # the slowest rank sets the pace of a synchronous job

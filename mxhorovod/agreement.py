@@ -24,8 +24,8 @@ rank (one int32 allreduce, Max, per step): all skip, or none. (``DistributedTrai
 kvstore 'horovod' reduce first, so an inf reaches every rank's check by itself.)
 
 Batch sizes (:mod:`mxhorovod.batch_check`): every step of such a Trainer also submits one
-32-byte allreduce of its ``batch_size``, read at its step after next: ranks that passed different
-sizes are warned once (their updates differed).
+32-byte allreduce of its ``batch_size``, read at its step after next: ranks that passed
+different sizes are warned once (their updates differed).
 
 Used by ``DistributedTrainer`` (fresh gradients), and by a plain ``gluon.Trainer`` over
 kvstore 'horovod' (fresh gradients) or with a ``DistributedOptimizer`` (both): importing

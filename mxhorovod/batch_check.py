@@ -43,7 +43,7 @@ class BatchSizeCheck(object):
     def __init__(self, label="DistributedTrainer"):
         self._label = label
         self._pending = collections.deque()  # (result NDArray, size, step number, method)
-        self._mine = (None, None)  # (batch_size, its NDArray): reused while it is the same
+        self._mine = (None, None)  # (its values, the NDArray): reused while they are the same
         self._steps = 0
         self._warned = False
         _live.add(self)
@@ -55,12 +55,9 @@ class BatchSizeCheck(object):
         if self._warned:
             return  # warned once: no more collectives for it
         size = float(batch_size)
-        if self._mine[0] is None or not (size == self._mine[0] or
-                                         (math.isnan(size) and math.isnan(self._mine[0]))):
-            nan = math.isnan(size)
-            b = -math.inf if nan else size
-            self._mine = (size, mx.nd.array([b, -math.inf if nan else -size, float(nan),
-                                             float(not nan)], dtype="float64"))
+        values = (-math.inf, -math.inf, 1.0, 0.0) if math.isnan(size) else (size, -size, 0.0, 1.0)
+        if values != self._mine[0]:
+            self._mine = (values, mx.nd.array(values, dtype="float64"))
         result = allreduce(self._mine[1], op=Max, name=name, process_set=process_set)
         self._pending.append((result, size, self._steps, method))
 

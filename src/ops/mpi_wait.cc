@@ -260,8 +260,9 @@ void CloseDoorbell() {
 // A data wait first tests back to back for data_busy_us (no yield: a peer on time completes
 // within it). Then rounds [0, spin_until) test and yield; later rounds test and sleep, on
 // the doorbell when there is one (a ring ends the sleep) or on a timer, the pause doubling
-// from 10 us to the cap. The first test (our part of the collective is under way: MPI_Test progressed its
-// first step) and the completing one ring the bell, so peers waiting for them wake.
+// from 10 us to the cap. The first test (our part of the collective is under way: MPI_Test
+// progressed its first step) and the completing one ring the bell, so peers waiting for
+// them wake.
 Status WaitRequest(MPI_Request* req, const char* what, WaitFor kind) {
   Bell* bell = g_bell;
   const long cap = kind == WaitFor::kSmall && g_bell_everywhere
