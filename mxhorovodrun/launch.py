@@ -12,13 +12,14 @@ import sys
 import tempfile
 
 from mxhorovodrun.args import parse_args
+from mxhorovodrun.cores import usable_cores
 from mxhorovodrun.guard import guarded_command
 from mxhorovodrun.hosts import assign_ranks, parse_hostfile, parse_hosts
 from mxhorovodrun.mpi import (HYDRA, INTEL_MPI, LaunchError, detect, find_mpirun,
                               mpirun_command)
 from mxhorovodrun.output import (capture_patterns, relay_command, remove_when_gone,
                                  run_captured)
-from mxhorovodrun.settings import UNUSED_FLAGS, horovod_env, omp_threads, usable_cores
+from mxhorovodrun.settings import UNUSED_FLAGS, horovod_env, omp_threads
 from mxhorovodrun.startup import DEFAULT_START_TIMEOUT, Deadline, check_hosts
 
 __all__ = ["prepare", "package_version", "main", "run_commandline"]

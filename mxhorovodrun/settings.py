@@ -1,9 +1,8 @@
 """The environment mxhorovodrun gives the ranks: HOROVOD_* variables from the flags (names,
 units and transformations of horovodrun 0.28.1's config_parser.set_env_from_args),
--x variables, and OMP_NUM_THREADS."""
-import os
+-x variables, and OMP_NUM_THREADS (by the usable cores of mxhorovodrun.cores)."""
 
-__all__ = ["LOG_LEVELS", "UNUSED_FLAGS", "horovod_env", "omp_threads", "usable_cores"]
+__all__ = ["LOG_LEVELS", "UNUSED_FLAGS", "horovod_env", "omp_threads"]
 
 LOG_LEVELS = ["TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL"]
 
@@ -59,14 +58,6 @@ def horovod_env(args):
     put("HOROVOD_LOG_LEVEL", args.log_level)
     put("HOROVOD_LOG_HIDE_TIME", args.log_with_timestamp, lambda v: _flag(not v))
     return env
-
-
-def usable_cores():
-    """Cores this process may run on (its CPU affinity), else the machine's count."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def omp_threads(cores, ranks_per_host):

@@ -18,6 +18,7 @@ import pytest
 from mpirun import HERE, WORKERS, as_from_a_terminal, process_gone
 from mxhorovodrun import hosts as hostlib
 from mxhorovodrun.args import build_parser, parse_args
+from mxhorovodrun.cores import usable_cores
 from mxhorovodrun.guard import guard_path
 from mxhorovodrun.launch import main, prepare
 from mxhorovodrun.mpi import (HYDRA, INTEL_MPI, OPEN_MPI, LaunchError, classify, detect,
@@ -500,8 +501,8 @@ def test_cli_exit_status_is_mpiruns(tmp_path):
     assert re.search(r"^ARGV .*-np 2 -H localhost:2 .*-x HOROVOD_CACHE_CAPACITY .*python t\.py$",
                      proc.stdout, re.M), proc.stdout
     assert "ENV HOROVOD_CACHE_CAPACITY=7" in proc.stdout
-    # OMP_NUM_THREADS was empty: set from the cores of this machine for 2 ranks.
-    cores = len(os.sched_getaffinity(0))
+    # OMP_NUM_THREADS was empty: set from the usable cores of this machine for 2 ranks.
+    cores = usable_cores()
     assert "ENV OMP_NUM_THREADS=%d" % max(1, cores // 2) in proc.stdout
 
 
@@ -534,7 +535,7 @@ def test_end_to_end_settings_reach_every_rank():
         "HOROVOD_FUSION_THRESHOLD": str(4 * 1024 * 1024), "HOROVOD_CYCLE_TIME": "2.0",
         "HOROVOD_CACHE_CAPACITY": "16", "HOROVOD_STALL_CHECK_DISABLE": "1",
         "HOROVOD_STALL_CHECK_TIME_SECONDS": "30", "HOROVOD_LOG_LEVEL": "INFO",
-        "OMP_NUM_THREADS": str(max(1, len(os.sched_getaffinity(0)) // 2)), "FOO": "bar"}}
+        "OMP_NUM_THREADS": str(max(1, usable_cores() // 2)), "FOO": "bar"}}
     _run_env_worker(["--fusion-threshold-mb", "4", "--cycle-time-ms", "2", "--cache-capacity", "16",
                      "--no-stall-check", "--stall-check-warning-time-seconds", "30",
                      "--log-level", "INFO", "-x", "FOO=bar"], want, env={"OMP_NUM_THREADS": ""})

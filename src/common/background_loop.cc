@@ -13,6 +13,7 @@
 #include "controller.h"
 #include "executor.h"
 #include "fusion.h"
+#include "host_cores.h"
 #include "logging.h"
 #include "ops/mpi_wait.h"
 #include "ops/peer_watch.h"
@@ -255,13 +256,17 @@ void BackgroundLoop(StartArgs args) {
   if (!s.ok()) return;
 
   WaitPolicy policy;
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  if (cores > 0 && topo.local_size > cores) {
+  const HostCores cores = CountHostCores(hc.local, args.quota);
+  const bool crowded = topo.local_size > cores.usable;
+  if (crowded) {
     // More ranks than cores: a waiting rank must give its core away almost at once.
     policy.spins = 4;
     policy.max_sleep_us = 1000;
     policy.data_busy_us = 0;
   }
+  LogDebug("this host: " + std::to_string(topo.local_size) + " ranks, " + cores.Describe() +
+           (crowded ? ": more ranks than cores, waits give the core away at once"
+                    : ": a core per rank, data waits test back to back first"));
   if (cfg.blocking_data >= 0) policy.blocking_data = cfg.blocking_data != 0;
   // Plus a cycle: a peer with nothing to do may sleep that long before negotiating.
   policy.warn_after_s = cfg.stall.enabled ? cfg.stall.check_s + cfg.cycle_time_ms / 1000 : 0;

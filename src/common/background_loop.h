@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "config.h"
+#include "host_cores.h"
 #include "tensor_queue.h"
 
 namespace mxhorovod {
@@ -21,6 +22,7 @@ struct StartArgs {
   std::vector<std::vector<int>> process_sets;
   Config cfg;
   std::string cfg_error;  // this rank's bad setting ("" if none): init() fails on every rank
+  CpuQuota quota;         // this rank's cgroup CPU quota (host_cores.h)
 };
 
 // The thread's body (Initialize starts it): reports its start-up in S() (started,

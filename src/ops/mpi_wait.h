@@ -33,7 +33,7 @@ struct WaitPolicy {
   // A nonblocking data call first tests back to back for this long, with no yield: a peer
   // that is on time completes within it, as fast as a blocking call (small allreduces
   // measured as fast or faster, 2026-12-03); a late one costs no more than this before the
-  // yield-then-sleep rounds. 0 when ranks outnumber cores.
+  // yield-then-sleep rounds. 0 when ranks outnumber cores (host_cores.h).
   int data_busy_us = 50;
   // HOROVOD_STALL_CHECK_TIME_SECONDS (0 when the check is off): a wait longer than this
   // is logged, again every such time, and its end too. A rank whose whole process stopped

@@ -49,11 +49,12 @@ void Raise(const Status& s) {
 }
 
 void Init(int64_t comm_f2c, const std::vector<int>& ranks,
-          const std::vector<std::vector<int>>& process_sets, bool dynamic) {
+          const std::vector<std::vector<int>>& process_sets, bool dynamic, double cpu_quota,
+          const std::string& cgroup) {
   Status s;
   {
     py::gil_scoped_release nogil;
-    s = Initialize(comm_f2c, ranks, process_sets, dynamic);
+    s = Initialize(comm_f2c, ranks, process_sets, dynamic, CpuQuota{cpu_quota, cgroup});
   }
   Raise(s);
 }
@@ -137,7 +138,8 @@ PYBIND11_MODULE(_core, m) {
   m.attr("MXNET_VERSION") = MXHOROVOD_MXNET_VERSION;  // the MXNet whose headers built us
 #endif
   m.def("init", &Init, py::arg("comm_f2c") = kWorldComm, py::arg("ranks") = std::vector<int>(),
-        py::arg("process_sets") = std::vector<std::vector<int>>(), py::arg("dynamic") = false);
+        py::arg("process_sets") = std::vector<std::vector<int>>(), py::arg("dynamic") = false,
+        py::arg("cpu_quota") = 0.0, py::arg("cgroup") = std::string());
   m.attr("WORLD_COMM") = kWorldComm;
   m.def("shutdown", [] { py::gil_scoped_release nogil; Shutdown(); });
   m.def("finalize_mpi", [] { py::gil_scoped_release nogil; return FinalizeMPI(); },

@@ -1,0 +1,129 @@
+"""How many cores the ranks of a host may use (mxhorovodrun/cores.py, src/common/host_cores.cc):
+the union of their CPU affinity masks, capped by their cgroups' CPU quotas. The background
+thread gives a shared core away at once when the host has more ranks than that (its
+"this host: ..." debug line says which), and mxhorovodrun sizes OMP_NUM_THREADS by it."""
+import contextlib
+import os
+import re
+import uuid
+
+import pytest
+
+from mpirun import run_ranks
+from mxhorovodrun import cores
+
+
+def write(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def limit(tmp_path, proc_cgroup):
+    write(tmp_path / "proc_cgroup", proc_cgroup)
+    return cores.cgroup_cpu_limit(str(tmp_path / "proc_cgroup"), str(tmp_path / "fs"))
+
+
+def test_cgroup_v2_quota_is_the_tightest_on_the_path(tmp_path):
+    fs = tmp_path / "fs"
+    write(fs / "cpu.max", "max 100000\n")
+    write(fs / "pod" / "cpu.max", "250000 100000\n")
+    write(fs / "pod" / "job" / "cpu.max", "max 100000\n")
+    assert limit(tmp_path, "0::/pod/job\n") == (2.5, "v2:/pod")
+    write(fs / "pod" / "job" / "cpu.max", "150000 100000\n")
+    assert limit(tmp_path, "0::/pod/job\n") == (1.5, "v2:/pod/job")
+
+
+def test_cgroup_v2_without_quota_or_without_files(tmp_path):
+    write(tmp_path / "fs" / "cpu.max", "max 100000\n")
+    assert limit(tmp_path, "0::/\n") == (None, "")
+    assert limit(tmp_path, "0::/not/here\n") == (None, "")  # the mount's own: no quota
+    write(tmp_path / "fs" / "cpu.max", "garbage\n")
+    assert limit(tmp_path, "0::/\n") == (None, "")
+    assert cores.cgroup_cpu_limit(str(tmp_path / "none"), str(tmp_path / "fs")) == (None, "")
+
+
+def test_cgroup_v2_path_of_the_host_inside_a_container(tmp_path):
+    # /proc/self/cgroup names the host's path; the container's mount is its own cgroup.
+    write(tmp_path / "fs" / "cpu.max", "100000 50000\n")
+    assert limit(tmp_path, "0::/kubepods/burstable/pod1/abc\n") == (2.0, "v2:/")
+
+
+def test_cgroup_v1_quota_and_hybrid_mounts(tmp_path):
+    fs = tmp_path / "fs"
+    write(fs / "cpu,cpuacct" / "cpu.cfs_quota_us", "-1\n")
+    write(fs / "cpu,cpuacct" / "cpu.cfs_period_us", "100000\n")
+    write(fs / "cpu,cpuacct" / "docker" / "x" / "cpu.cfs_quota_us", "50000\n")
+    write(fs / "cpu,cpuacct" / "docker" / "x" / "cpu.cfs_period_us", "100000\n")
+    write(fs / "unified" / "cpu.max", "max 100000\n")  # hybrid: no cpu controller in v2
+    text = "12:memory:/docker/x\n4:cpu,cpuacct:/docker/x\n0::/docker/x\n"
+    assert limit(tmp_path, text) == (0.5, "v1:/docker/x")
+    assert limit(tmp_path, "4:cpu,cpuacct:/\n") == (None, "")
+    # A "cpu" hierarchy mounted under its own name (as on this project's machines).
+    write(fs / "cpu" / "j" / "cpu.cfs_quota_us", "300000\n")
+    write(fs / "cpu" / "j" / "cpu.cfs_period_us", "100000\n")
+    assert limit(tmp_path, "1:cpu:/j\n2:cpuacct:/j\n") == (3.0, "v1:/j")
+
+
+def test_usable_cores_is_the_affinity_capped_by_the_quota(monkeypatch):
+    monkeypatch.setattr(cores, "affinity_cores", lambda: 8)
+    monkeypatch.setattr(cores, "cgroup_cpu_limit", lambda: (None, ""))
+    assert cores.usable_cores() == 8
+    monkeypatch.setattr(cores, "cgroup_cpu_limit", lambda: (2.5, "v2:/pod"))
+    assert cores.usable_cores() == 2
+    monkeypatch.setattr(cores, "cgroup_cpu_limit", lambda: (0.5, "v2:/pod"))
+    assert cores.usable_cores() == 1
+
+
+def host_line(np_, **kwargs):
+    proc = run_ranks(np_, "host_cores.py", timeout=180, env={"HOROVOD_LOG_LEVEL": "debug"}, **kwargs)
+    lines = set(re.findall(r"this host: .*", proc.stdout))
+    assert len(lines) == 1, (lines, proc.stdout[-4000:])  # every rank of the host alike
+    return lines.pop()
+
+
+def test_ranks_pinned_to_one_core_give_it_away():
+    line = host_line(2, outer=("taskset", "-c", str(min(os.sched_getaffinity(0)))))
+    assert line.startswith("this host: 2 ranks, 1 CPU in the ranks' affinity masks, cgroup CPU "
+                           "quota none: more ranks than cores"), line
+
+
+def test_ranks_bound_to_a_core_each_count_the_union():
+    usable = sorted(os.sched_getaffinity(0))
+    if len(usable) < 2 or cores.cgroup_cpu_limit()[0] is not None:
+        pytest.skip("needs 2 usable cores and no CPU quota")
+    # mpirun -bind-to core (options of mpirun, before the command): each rank's own mask
+    # holds one core, which alone would say "more ranks than cores"; together they have two.
+    line = host_line(2, prefix=("-bind-to", "core", "-map-by", "core"))
+    assert line == ("this host: 2 ranks, 2 CPUs in the ranks' affinity masks, cgroup CPU quota "
+                    "none: a core per rank, data waits test back to back first"), line
+
+
+def cpu_cgroup_v1():
+    """A writable cgroup v1 "cpu" hierarchy (root only), or None."""
+    for d in ("/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"):
+        if os.path.isfile(os.path.join(d, "cpu.cfs_quota_us")) and os.access(d, os.W_OK):
+            return d
+    return None
+
+
+def test_ranks_in_a_cgroup_with_a_one_cpu_quota_give_the_core_away():
+    hierarchy = cpu_cgroup_v1()
+    if hierarchy is None or os.geteuid() != 0:
+        pytest.skip("needs root and a writable cgroup v1 cpu hierarchy")
+    group = os.path.join(hierarchy, "mxhorovod-test-" + uuid.uuid4().hex[:8])
+    try:
+        os.mkdir(group)
+    except OSError as e:
+        pytest.skip("cannot make a cgroup: %s" % e)
+    try:
+        with open(os.path.join(group, "cpu.cfs_period_us"), "w") as f:
+            f.write("100000")
+        with open(os.path.join(group, "cpu.cfs_quota_us"), "w") as f:
+            f.write("100000")  # one CPU's time, whatever the affinity allows
+        enter = ("sh", "-c", 'echo $$ > "%s/cgroup.procs" && exec "$@"' % group, "sh")
+        line = host_line(2, outer=enter)
+        assert re.match(r"this host: 2 ranks, \d+ CPUs in the ranks' affinity masks, cgroup CPU "
+                        r"quota 1 CPU: more ranks than cores", line), line
+    finally:
+        with contextlib.suppress(OSError):  # busy only if the job outlived its timeout
+            os.rmdir(group)
