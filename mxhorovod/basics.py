@@ -112,13 +112,13 @@ def _init(comm, process_sets):
         atexit.register(_at_exit)
         _atexit_registered = True
     _finalize_in_multiprocessing_child()
-    # The cgroup's CPU quota: a container that sees every core of the machine but may use
-    # fewer (mxhorovodrun.cores, through the name that also finds it beside an install made
-    # before it existed); the core adds up the host's ranks to size its waits.
-    from mxhorovod.runner.cores import cgroup_cpu_limit
-    quota, cgroup = cgroup_cpu_limit()
+    # The cgroups' CPU quotas: a container sees every core of the machine but may use fewer
+    # (mxhorovodrun.cores, through the name that also finds it beside an install made before
+    # it existed); the core adds up the host's ranks to size its waits.
+    from mxhorovod.runner.cores import cgroup_cpu_limits
+    quotas = ";".join("%s=%r" % (key, cpus) for cpus, key, _ in cgroup_cpu_limits())
     _core.init(comm_f2c, ranks, [p.ranks for p in static if p.ranks is not None], dynamic,
-               quota or 0.0, cgroup)
+               quotas)
     if starting:
         # The sets' ids start from 1 again, their unnamed calls from 0 (the global set's
         # too when this session has other ranks than the last).

@@ -8,7 +8,7 @@ MXNet); ``hvd.init()`` hands the quota to the core, which adds up the host's ran
 """
 import os
 
-__all__ = ["affinity_cores", "cgroup_cpu_limit", "usable_cores"]
+__all__ = ["affinity_cores", "cgroup_cpu_limit", "cgroup_cpu_limits", "usable_cores"]
 
 
 def affinity_cores():
@@ -27,78 +27,110 @@ def _read(path):
         return None
 
 
+def _ratio(quota, period):
+    """quota / period in CPUs when both are positive integers (words of a cgroup file), else
+    None."""
+    try:
+        q, p = int(quota), int(period)
+        return q / p if q > 0 and p > 0 else None
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
 def _quota_v2(directory):
     """CPUs allowed by ``cpu.max`` ("$MAX $PERIOD", microseconds; "max" = none) or None."""
     words = _read(os.path.join(directory, "cpu.max"))
-    try:
-        if words and words[0] != "max" and int(words[1]) > 0:
-            return int(words[0]) / int(words[1])
-    except (IndexError, ValueError):
-        pass
-    return None
+    if not words or len(words) < 2 or words[0] == "max":
+        return None
+    return _ratio(words[0], words[1])
 
 
 def _quota_v1(directory):
     """CPUs allowed by ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us`` (quota -1 = none) or None."""
     quota = _read(os.path.join(directory, "cpu.cfs_quota_us"))
     period = _read(os.path.join(directory, "cpu.cfs_period_us"))
-    try:
-        if quota and period and int(quota[0]) > 0 and int(period[0]) > 0:
-            return int(quota[0]) / int(period[0])
-    except ValueError:
-        pass
-    return None
+    return _ratio(quota[0], period[0]) if quota and period else None
 
 
 def _up(mount, path):
     """The cgroup's directory under ``mount`` and its ancestors up to ``mount`` (a limit on
     any of them applies), those that exist: inside a container the path of
-    /proc/self/cgroup may be the host's, and the mount the container's own cgroup."""
+    /proc/self/cgroup may be the host's, and the mount the container's own cgroup. Nothing
+    for a path with "..": a process outside its cgroup namespace's root, whose cgroup is not
+    under this mount."""
     parts = [p for p in path.split("/") if p]
+    if ".." in parts:
+        return
     for n in range(len(parts), -1, -1):
         d = os.path.join(mount, *parts[:n])
         if os.path.isdir(d):
             yield d
 
 
-def cgroup_cpu_limit(proc_cgroup="/proc/self/cgroup", root="/sys/fs/cgroup"):
-    """(CPUs, cgroup) of the tightest CPU quota on this process's cgroup and its ancestors
-    (a float: 1.5 is one and a half cores' time per period), and which cgroup that is (its
-    path, "v1:/..." or "v2:/..."); (None, "") without a quota (or without cgroups).
-
-    Reads cgroup v2's ``cpu.max`` (under ``root``, or ``root``/unified on a hybrid mount)
-    and cgroup v1's ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us`` (under ``root``/cpu or the
-    hierarchy's ``root``/<controllers> mount, e.g. cpu,cpuacct), as the kernel documents them
-    (Documentation/admin-guide/cgroup-v2.rst, "cpu.max"; scheduler/sched-bwc.rst).
-    """
-    try:
-        with open(proc_cgroup) as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return None, ""
-    best, where = None, ""
+def _hierarchies(lines, root):
+    """(mount, cgroup path, quota reader, "v1"/"v2") of each hierarchy that has the cpu
+    controller, from the lines of /proc/self/cgroup."""
     for line in lines:
         fields = line.split(":", 2)
         if len(fields) != 3:
             continue
         hierarchy, controllers, path = fields
         if hierarchy == "0" and controllers == "":
-            mounts, quota, kind = (root, os.path.join(root, "unified")), _quota_v2, "v2"
+            # cgroup v2: mounted at root, or at root/unified beside v1 hierarchies (hybrid).
+            unified = root if os.path.exists(os.path.join(root, "cgroup.controllers")) \
+                else os.path.join(root, "unified")
+            yield unified, path, _quota_v2, "v2"
         elif "cpu" in controllers.split(","):
-            mounts = (os.path.join(root, controllers), os.path.join(root, "cpu"))
-            quota, kind = _quota_v1, "v1"
-        else:
-            continue
-        for mount in mounts:
-            if not os.path.isdir(mount):
+            for mount in (os.path.join(root, controllers), os.path.join(root, "cpu")):
+                if os.path.isdir(mount):
+                    yield mount, path, _quota_v1, "v1"
+                    break
+
+
+def cgroup_cpu_limits(proc_cgroup="/proc/self/cgroup", root="/sys/fs/cgroup"):
+    """The CPU quotas on this process's cgroup and its ancestors, innermost first: a list of
+    (CPUs, key, path), CPUs a float (1.5 is one and a half cores' time per period), key
+    "dev:inode" of the cgroup's directory (the same cgroup has the same key in every
+    process of the host, whatever path its namespace shows), path "v1:/..." or "v2:/..." as
+    this process sees it. Empty without a quota (or without cgroups). Never raises.
+
+    Reads cgroup v2's ``cpu.max`` (under ``root``, or ``root``/unified on a hybrid mount)
+    and cgroup v1's ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us`` (under the hierarchy's
+    ``root``/<controllers> mount, e.g. cpu,cpuacct, or ``root``/cpu), as the kernel
+    documents them (Documentation/admin-guide/cgroup-v2.rst, "cpu.max";
+    scheduler/sched-bwc.rst).
+    """
+    try:
+        with open(proc_cgroup, "rb") as f:
+            lines = os.fsdecode(f.read()).splitlines()
+    except OSError:
+        return []
+    found = []
+    for mount, path, quota, kind in _hierarchies(lines, root):
+        for d in _up(mount, path):
+            q = quota(d)
+            if q is None:
                 continue
-            for d in _up(mount, path):
-                q = quota(d)
-                if q is not None and (best is None or q < best):
-                    rel = os.path.relpath(d, mount)
-                    best, where = q, "%s:/%s" % (kind, "" if rel == "." else rel)
-            break
-    return best, where
+            try:
+                st = os.stat(d)
+            except OSError:
+                continue
+            rel = os.path.relpath(d, mount)
+            found.append((q, "%d:%d" % (st.st_dev, st.st_ino),
+                          "%s:/%s" % (kind, "" if rel == "." else rel)))
+        if found:
+            break  # the cpu controller is in one hierarchy: one chain of ancestors
+    return found
+
+
+def cgroup_cpu_limit(proc_cgroup="/proc/self/cgroup", root="/sys/fs/cgroup"):
+    """(CPUs, path) of the tightest of :func:`cgroup_cpu_limits` (what bounds this process
+    alone), or (None, "")."""
+    limits = cgroup_cpu_limits(proc_cgroup, root)
+    if not limits:
+        return None, ""
+    cpus, _, path = min(limits, key=lambda limit: limit[0])
+    return cpus, path
 
 
 def usable_cores():

@@ -23,8 +23,13 @@ def limit(tmp_path, proc_cgroup):
     return cores.cgroup_cpu_limit(str(tmp_path / "proc_cgroup"), str(tmp_path / "fs"))
 
 
+def v2_root(tmp_path):
+    write(tmp_path / "fs" / "cgroup.controllers", "cpu memory\n")  # cgroup v2 mounted here
+    return tmp_path / "fs"
+
+
 def test_cgroup_v2_quota_is_the_tightest_on_the_path(tmp_path):
-    fs = tmp_path / "fs"
+    fs = v2_root(tmp_path)
     write(fs / "cpu.max", "max 100000\n")
     write(fs / "pod" / "cpu.max", "250000 100000\n")
     write(fs / "pod" / "job" / "cpu.max", "max 100000\n")
@@ -34,16 +39,20 @@ def test_cgroup_v2_quota_is_the_tightest_on_the_path(tmp_path):
 
 
 def test_cgroup_v2_without_quota_or_without_files(tmp_path):
+    v2_root(tmp_path)
     write(tmp_path / "fs" / "cpu.max", "max 100000\n")
     assert limit(tmp_path, "0::/\n") == (None, "")
     assert limit(tmp_path, "0::/not/here\n") == (None, "")  # the mount's own: no quota
-    write(tmp_path / "fs" / "cpu.max", "garbage\n")
-    assert limit(tmp_path, "0::/\n") == (None, "")
+    for bad in ("garbage\n", "0 100000\n", "-100 100000\n", "100000 0\n", "1%s 1\n" % ("0" * 400),
+                "\xff\xfe 1\n", ""):
+        write(tmp_path / "fs" / "cpu.max", bad)
+        assert limit(tmp_path, "0::/\n") == (None, ""), bad
     assert cores.cgroup_cpu_limit(str(tmp_path / "none"), str(tmp_path / "fs")) == (None, "")
 
 
 def test_cgroup_v2_path_of_the_host_inside_a_container(tmp_path):
     # /proc/self/cgroup names the host's path; the container's mount is its own cgroup.
+    v2_root(tmp_path)
     write(tmp_path / "fs" / "cpu.max", "100000 50000\n")
     assert limit(tmp_path, "0::/kubepods/burstable/pod1/abc\n") == (2.0, "v2:/")
 
@@ -62,6 +71,48 @@ def test_cgroup_v1_quota_and_hybrid_mounts(tmp_path):
     write(fs / "cpu" / "j" / "cpu.cfs_quota_us", "300000\n")
     write(fs / "cpu" / "j" / "cpu.cfs_period_us", "100000\n")
     assert limit(tmp_path, "1:cpu:/j\n2:cpuacct:/j\n") == (3.0, "v1:/j")
+
+
+def test_cgroup_v2_on_a_hybrid_mount_and_paths_outside_the_namespace(tmp_path):
+    fs = tmp_path / "fs"  # no cgroup.controllers at the root: v2 is at fs/unified
+    write(fs / "unified" / "a" / "cpu.max", "50000 100000\n")
+    write(fs / "cpu.max", "10000 100000\n")  # not a v2 file here: never read
+    assert limit(tmp_path, "0::/a\n") == (0.5, "v2:/a")
+    # ".." in the path: a process outside its cgroup namespace's root; not under the mount.
+    assert limit(tmp_path, "0::/../..\n") == (None, "")
+
+
+def test_cgroup_files_that_are_not_text(tmp_path):
+    v2_root(tmp_path)
+    write(tmp_path / "fs" / "cpu.max", "150000 100000\n")
+    (tmp_path / "proc_cgroup").write_bytes(b"0::/caf\xff\n")  # a cgroup name not in UTF-8
+    assert cores.cgroup_cpu_limit(str(tmp_path / "proc_cgroup"), str(tmp_path / "fs")) == (1.5, "v2:/")
+    (tmp_path / "proc_cgroup").write_bytes(b"\x00\xff\xfe")
+    assert cores.cgroup_cpu_limit(str(tmp_path / "proc_cgroup"), str(tmp_path / "fs")) == (None, "")
+
+
+def test_cgroup_chain_innermost_first_keyed_by_the_directory(tmp_path):
+    fs = v2_root(tmp_path)
+    write(fs / "pod" / "cpu.max", "200000 100000\n")
+    write(fs / "pod" / "c1" / "cpu.max", "100000 100000\n")
+    write(tmp_path / "proc_cgroup", "0::/pod/c1\n")
+    chain = cores.cgroup_cpu_limits(str(tmp_path / "proc_cgroup"), str(fs))
+    st_c1, st_pod = os.stat(fs / "pod" / "c1"), os.stat(fs / "pod")
+    assert chain == [(1.0, "%d:%d" % (st_c1.st_dev, st_c1.st_ino), "v2:/pod/c1"),
+                     (2.0, "%d:%d" % (st_pod.st_dev, st_pod.st_ino), "v2:/pod")]
+
+
+def test_host_quota_adds_up_the_ranks_cgroups():
+    from mxhorovod import _core
+    assert _core.host_quota([]) == 0
+    assert _core.host_quota(["a=1.5", "a=1.5"]) == 1.5                # one cgroup, counted once
+    assert _core.host_quota(["a=1.5", "b=1.5"]) == 3.0                # two containers
+    assert _core.host_quota(["a=1;p=1", "b=1;p=1"]) == 1.0            # the parent is tighter
+    assert _core.host_quota(["a=0.8;p=4", "b=0.8;p=4"]) == 1.6        # the children are
+    assert _core.host_quota(["p=1", "b=0.5;p=1"]) == 1.0              # a rank in the parent
+    assert _core.host_quota(["a=1", ""]) == 0                         # a rank with no quota
+    for bad in (["a="], ["=1"], ["a=x"], ["a=-1"], ["a=1;;b=2"], ["a=1;p=2", "a=1;q=2"]):
+        assert _core.host_quota(bad) == 0, bad
 
 
 def test_usable_cores_is_the_affinity_capped_by_the_quota(monkeypatch):

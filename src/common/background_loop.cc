@@ -256,7 +256,7 @@ void BackgroundLoop(StartArgs args) {
   if (!s.ok()) return;
 
   WaitPolicy policy;
-  const HostCores cores = CountHostCores(hc.local, args.quota);
+  const HostCores cores = CountHostCores(hc.local, args.quotas);
   const bool crowded = topo.local_size > cores.usable;
   if (crowded) {
     // More ranks than cores: a waiting rank must give its core away almost at once.
@@ -264,7 +264,8 @@ void BackgroundLoop(StartArgs args) {
     policy.max_sleep_us = 1000;
     policy.data_busy_us = 0;
   }
-  LogDebug("this host: " + std::to_string(topo.local_size) + " ranks, " + cores.Describe() +
+  LogDebug("this host: " + std::to_string(topo.local_size) +
+           (topo.local_size == 1 ? " rank, " : " ranks, ") + cores.Describe() +
            (crowded ? ": more ranks than cores, waits give the core away at once"
                     : ": a core per rank, data waits test back to back first"));
   if (cfg.blocking_data >= 0) policy.blocking_data = cfg.blocking_data != 0;

@@ -22,7 +22,7 @@ struct StartArgs {
   std::vector<std::vector<int>> process_sets;
   Config cfg;
   std::string cfg_error;  // this rank's bad setting ("" if none): init() fails on every rank
-  CpuQuota quota;         // this rank's cgroup CPU quota (host_cores.h)
+  CpuQuotas quotas;       // this rank's cgroup CPU quotas (host_cores.h)
 };
 
 // The thread's body (Initialize starts it): reports its start-up in S() (started,

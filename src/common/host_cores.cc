@@ -4,19 +4,53 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cstdint>
-#include <vector>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <set>
 
 namespace mxhorovod {
 
 namespace {
 
-// FNV-1a: the same string gives the same number on every rank.
-uint64_t Fnv(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
+// "key=cpus;key=cpus" -> pairs; false on a malformed or non-positive entry.
+bool ParseChain(const std::string& s, std::vector<std::pair<std::string, double>>* out) {
+  out->clear();
+  size_t pos = 0;
+  while (pos < s.size()) {
+    size_t end = s.find(';', pos);
+    if (end == std::string::npos) end = s.size();
+    const std::string item = s.substr(pos, end - pos);
+    const size_t eq = item.find('=');
+    if (eq == 0 || eq == std::string::npos) return false;
+    char* rest = nullptr;
+    const double cpus = std::strtod(item.c_str() + eq + 1, &rest);
+    if (rest == item.c_str() + eq + 1 || *rest != '\0' || !(cpus > 0)) return false;
+    out->emplace_back(item.substr(0, eq), cpus);
+    pos = end + 1;
+  }
+  return true;
+}
+
+// Every rank's chain string, gathered over `local`.
+std::vector<std::string> GatherStrings(MPI_Comm local, const std::string& mine) {
+  int size = 1;
+  MPI_Comm_size(local, &size);
+  int len = static_cast<int>(mine.size());
+  std::vector<int> lens(size), displs(size);
+  MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, local);
+  int total = 0;
+  for (int r = 0; r < size; ++r) {
+    displs[r] = total;
+    total += lens[r];
+  }
+  std::string all(static_cast<size_t>(total), '\0');
+  MPI_Allgatherv(mine.data(), len, MPI_CHAR, &all[0], lens.data(), displs.data(), MPI_CHAR, local);
+  std::vector<std::string> out;
+  for (int r = 0; r < size; ++r) out.push_back(all.substr(displs[r], lens[r]));
+  return out;
 }
 
 }  // namespace
@@ -28,7 +62,50 @@ std::string HostCores::Describe() const {
          " in the ranks' affinity masks, cgroup CPU quota " + q;
 }
 
-HostCores CountHostCores(MPI_Comm local, const CpuQuota& quota) {
+double HostQuota(const std::vector<std::string>& chain_strings) {
+  std::vector<std::vector<std::pair<std::string, double>>> chains(chain_strings.size());
+  for (size_t i = 0; i < chains.size(); ++i) {
+    if (!ParseChain(chain_strings[i], &chains[i])) return 0;
+  }
+  struct Node {
+    double quota = 0;
+    std::string parent;
+    bool holds_rank = false;
+    std::set<std::string> children;
+  };
+  std::map<std::string, Node> nodes;
+  for (const auto& chain : chains) {
+    if (chain.empty()) return 0;  // a rank no quota bounds
+    for (size_t i = 0; i < chain.size(); ++i) {
+      Node& n = nodes[chain[i].first];
+      n.quota = chain[i].second;
+      const std::string parent = i + 1 < chain.size() ? chain[i + 1].first : std::string();
+      if (!n.parent.empty() && n.parent != parent) return 0;  // ranks disagree: no bound
+      n.parent = parent;
+    }
+    nodes[chain[0].first].holds_rank = true;
+  }
+  for (auto& kv : nodes) {
+    if (kv.second.parent.empty()) continue;
+    auto p = nodes.find(kv.second.parent);
+    if (p == nodes.end()) return 0;
+    p->second.children.insert(kv.first);
+  }
+  // From the outermost cgroups down: each node has one parent, so no cycle is reachable.
+  std::function<double(const Node&)> allows = [&](const Node& n) -> double {
+    if (n.holds_rank) return n.quota;
+    double sum = 0;
+    for (const auto& c : n.children) sum += allows(nodes[c]);
+    return std::min(n.quota, sum);
+  };
+  double total = 0;
+  for (const auto& kv : nodes) {
+    if (kv.second.parent.empty()) total += allows(kv.second);
+  }
+  return total;
+}
+
+HostCores CountHostCores(MPI_Comm local, const CpuQuotas& quotas) {
   constexpr int kWords = CPU_SETSIZE / 64;
   std::vector<uint64_t> mask(kWords, 0);
   cpu_set_t set;
@@ -44,23 +121,7 @@ HostCores CountHostCores(MPI_Comm local, const CpuQuota& quota) {
   MPI_Allreduce(MPI_IN_PLACE, mask.data(), kWords, MPI_UINT64_T, MPI_BOR, local);
   HostCores out;
   for (uint64_t w : mask) out.affinity += __builtin_popcountll(w);
-  int size = 1;
-  MPI_Comm_size(local, &size);
-  std::vector<double> quotas(size);
-  std::vector<uint64_t> groups(size);
-  uint64_t mine = Fnv(quota.cgroup);
-  MPI_Allgather(&quota.cpus, 1, MPI_DOUBLE, quotas.data(), 1, MPI_DOUBLE, local);
-  MPI_Allgather(&mine, 1, MPI_UINT64_T, groups.data(), 1, MPI_UINT64_T, local);
-  std::vector<uint64_t> counted;
-  for (int r = 0; r < size && out.quota >= 0; ++r) {
-    if (quotas[r] <= 0) {
-      out.quota = -1;  // a rank without a quota: the affinity bounds the host
-    } else if (std::find(counted.begin(), counted.end(), groups[r]) == counted.end()) {
-      counted.push_back(groups[r]);
-      out.quota += quotas[r];
-    }
-  }
-  if (out.quota < 0) out.quota = 0;
+  out.quota = HostQuota(GatherStrings(local, quotas.chain));
   out.usable = out.quota > 0 ? std::min<double>(out.affinity, out.quota) : out.affinity;
   return out;
 }

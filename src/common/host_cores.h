@@ -1,33 +1,42 @@
 // How many cores the ranks of one host can use together, to choose how their waits behave
 // (mpi_wait.h: a rank that shares its core with another must give it away at once). The
-// machine's online count over-counts under `taskset`, a cpuset, or a container's CPU quota
-// (`docker run --cpus`, a Kubernetes CPU limit), where the cores are visible but throttled.
+// machine's online count over-counts under `taskset`, `mpirun -bind-to core` (each rank
+// sees one core: the union counts), or a container's CPU quota (`docker run --cpus`, a
+// Kubernetes CPU limit), where the cores are visible but throttled.
 #ifndef MXHOROVOD_COMMON_HOST_CORES_H_
 #define MXHOROVOD_COMMON_HOST_CORES_H_
 
 #include <mpi.h>
 
 #include <string>
+#include <vector>
 
 namespace mxhorovod {
 
-// A rank's cgroup CPU quota: `cpus` (0: none) from `cgroup` (its path, to count a quota
-// that several ranks share once).
-struct CpuQuota {
-  double cpus = 0;
-  std::string cgroup;
+// A rank's cgroup CPU quotas, innermost cgroup first: "key=cpus;key=cpus..." with key the
+// cgroup's identity on the host (the same cgroup has the same key in every rank) and cpus
+// its quota in CPUs; "" without a quota (mxhorovodrun/cores.py reads them; hvd.init()
+// passes them).
+struct CpuQuotas {
+  std::string chain;
 };
 
 struct HostCores {
   int affinity = 0;    // CPUs in the union of the host's ranks' affinity masks
-  double quota = 0;    // the host's ranks' CPU quotas, each cgroup once (0: none)
-  double usable = 0;   // the smaller of the two (affinity alone without a quota)
+  double quota = 0;    // what the host's ranks' cgroups allow them together (0: no bound)
+  double usable = 0;   // the smaller of the two (the affinity alone without a quota)
   std::string Describe() const;
 };
 
-// Collective over `local` (the ranks of this host). `quota`: this rank's (mxhorovodrun/
-// cores.py reads it; hvd.init() passes it).
-HostCores CountHostCores(MPI_Comm local, const CpuQuota& quota);
+// The CPUs that the cgroups of some ranks allow those ranks together, from each rank's
+// chain (CpuQuotas::chain): a cgroup holding a rank allows its quota; one holding none
+// allows the smaller of its quota and what its children allow together; the host, the sum
+// over the outermost cgroups. 0 when some rank has no quota, or the chains are malformed
+// or disagree: nothing bounds the host then but the affinity.
+double HostQuota(const std::vector<std::string>& chains);
+
+// Collective over `local` (the ranks of this host).
+HostCores CountHostCores(MPI_Comm local, const CpuQuotas& quotas);
 
 }  // namespace mxhorovod
 

@@ -29,7 +29,7 @@ constexpr double kExitWaitS = 10;
 
 Status Initialize(int64_t comm_f2c, const std::vector<int>& ranks,
                   const std::vector<std::vector<int>>& process_sets, bool dynamic_process_sets,
-                  const CpuQuota& quota) {
+                  const CpuQuotas& quotas) {
   State& st = S();
   std::unique_lock<std::mutex> lk(st.mu);
   if (st.running) return Status::OK();
@@ -65,7 +65,7 @@ Status Initialize(int64_t comm_f2c, const std::vector<int>& ranks,
   static std::once_flag atfork;  // one handler for the life of the process
   std::call_once(atfork, [] { pthread_atfork(nullptr, nullptr, [] { S().forked_child = true; }); });
   st.exit_wait_s = std::min(kExitWaitS, cfg.stall.enabled ? cfg.stall.check_s : kExitWaitS);
-  st.thread = std::thread(BackgroundLoop, StartArgs{comm_f2c, ranks, process_sets, cfg, cfg_error, quota});
+  st.thread = std::thread(BackgroundLoop, StartArgs{comm_f2c, ranks, process_sets, cfg, cfg_error, quotas});
   const Status waited = WaitForStart(lk, cfg);
   if (!waited.ok()) {
     // The background thread is blocked in MPI for good: leave it there (a join would wait

@@ -25,7 +25,7 @@ constexpr int64_t kWorldComm = INT64_MIN;
 // (also on with HOROVOD_DYNAMIC_PROCESS_SETS=1). A second call while running is a no-op.
 Status Initialize(int64_t comm_f2c, const std::vector<int>& ranks,
                   const std::vector<std::vector<int>>& process_sets = {},
-                  bool dynamic_process_sets = false, const CpuQuota& quota = {});
+                  bool dynamic_process_sets = false, const CpuQuotas& quotas = {});
 // Waits until every collective this process has called has completed (on every set) or
 // the loop has stopped; gives up (false) when none has completed for 10 s (or the stall
 // check time, HOROVOD_STALL_CHECK_TIME_SECONDS, if shorter). For a clean exit: a rank that finishes

@@ -49,12 +49,12 @@ void Raise(const Status& s) {
 }
 
 void Init(int64_t comm_f2c, const std::vector<int>& ranks,
-          const std::vector<std::vector<int>>& process_sets, bool dynamic, double cpu_quota,
-          const std::string& cgroup) {
+          const std::vector<std::vector<int>>& process_sets, bool dynamic,
+          const std::string& cpu_quotas) {
   Status s;
   {
     py::gil_scoped_release nogil;
-    s = Initialize(comm_f2c, ranks, process_sets, dynamic, CpuQuota{cpu_quota, cgroup});
+    s = Initialize(comm_f2c, ranks, process_sets, dynamic, CpuQuotas{cpu_quotas});
   }
   Raise(s);
 }
@@ -139,7 +139,7 @@ PYBIND11_MODULE(_core, m) {
 #endif
   m.def("init", &Init, py::arg("comm_f2c") = kWorldComm, py::arg("ranks") = std::vector<int>(),
         py::arg("process_sets") = std::vector<std::vector<int>>(), py::arg("dynamic") = false,
-        py::arg("cpu_quota") = 0.0, py::arg("cgroup") = std::string());
+        py::arg("cpu_quotas") = std::string());
   m.attr("WORLD_COMM") = kWorldComm;
   m.def("shutdown", [] { py::gil_scoped_release nogil; Shutdown(); });
   m.def("finalize_mpi", [] { py::gil_scoped_release nogil; return FinalizeMPI(); },
@@ -163,6 +163,7 @@ PYBIND11_MODULE(_core, m) {
     });
   });
   m.def("stop_reason", &StopReason);
+  m.def("host_quota", &HostQuota, "tests: what the ranks' cgroup quota chains allow together");
   // Rank 0 records (as in Horovod); on the other ranks these are no-ops.
   m.def("start_timeline", [](const std::string& path, bool mark_cycles) {
     if (GetTopology().rank != 0) return;
