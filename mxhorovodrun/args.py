@@ -7,7 +7,18 @@ import shlex
 from mxhorovodrun.guard import rank_guard_setting
 from mxhorovodrun.settings import LOG_LEVELS
 
-__all__ = ["build_parser", "parse_args"]
+__all__ = ["REFUSED", "build_parser", "parse_args"]
+
+_ELASTIC = ("elastic training: mxhorovod runs a fixed set of ranks, started by mpirun (Horovod's "
+            "elastic mode has no MXNet API either); give -np and drop the elastic flags")
+# horovodrun flags that this launcher refuses, by dest: the error each gives.
+REFUSED = dict(
+    [(d, "--%s: %s" % (d.replace("_", "-"), _ELASTIC))
+     for d in ("min_np", "max_np", "slots_per_host", "host_discovery_script", "elastic_timeout",
+               "reset_limit", "blacklist_cooldown_range")] +
+    [("config_file", "--config-file: not supported; give the options as flags (the same "
+                     "names as horovodrun's)"),
+     ("jsrun", "--jsrun: LSF's jsrun is not supported; mxhorovodrun launches with mpirun")])
 
 _EPILOG = """\
 environment:
@@ -161,6 +172,30 @@ def build_parser():
     lib.add_argument("--num-nccl-streams", dest="num_nccl_streams", type=_positive_int,
                      help="Sets HOROVOD_NUM_NCCL_STREAMS; no effect (a warning says so): "
                           "mxhorovod has no NCCL (CPU only). (default: 1)")
+    lib.add_argument("--thread-affinity", dest="thread_affinity", type=_nonnegative(int),
+                     help="Sets HOROVOD_THREAD_AFFINITY; no effect (a warning says so): the "
+                          "background thread is not pinned to a core.")
+    lib.add_argument("--gloo-timeout-seconds", dest="gloo_timeout_seconds",
+                     type=_nonnegative(int),
+                     help="Sets HOROVOD_GLOO_TIMEOUT_SECONDS; no effect (a warning says so): "
+                          "no Gloo.")
+    for name, var in (("hierarchical-allgather", "HOROVOD_HIERARCHICAL_ALLGATHER"),
+                      ("torus-allreduce", "HOROVOD_TORUS_ALLREDUCE")):
+        dest = name.replace("-", "_")
+        flags = lib.add_mutually_exclusive_group()
+        flags.add_argument("--" + name, dest=dest, action="store_const", const=True,
+                           help="Sets %s=1; no effect (a warning says so)." % var)
+        flags.add_argument("--no-" + name, dest=dest, action="store_const", const=False,
+                           help=argparse.SUPPRESS)
+    # horovodrun's elastic mode, LSF and config-file flags: refused (REFUSED says why).
+    refused = p.add_argument_group("refused horovodrun arguments")
+    for flag, nargs in (("--min-np", None), ("--max-np", None), ("--slots-per-host", None),
+                        ("--host-discovery-script", None), ("--elastic-timeout", None),
+                        ("--reset-limit", None), ("--blacklist-cooldown-range", 2),
+                        ("--config-file", None)):
+        refused.add_argument(flag, dest=flag[2:].replace("-", "_"), nargs=nargs,
+                             help="Refused (see below).")
+    refused.add_argument("--jsrun", dest="jsrun", action="store_true", help="Refused.")
 
     auto = p.add_argument_group("autotune arguments")
     tuning = auto.add_mutually_exclusive_group()
@@ -260,6 +295,9 @@ def parse_args(argv=None, environ=None):
             parser.error(str(e))
     if args.use_gloo:
         parser.error("--gloo: mxhorovod has no Gloo controller; it runs on MPI (drop --gloo)")
+    for dest, why in REFUSED.items():
+        if getattr(args, dest) not in (None, False):
+            parser.error(why)
     if args.num_proc is None:
         parser.error("-np/--num-proc is required (the number of processes)")
     if not args.command:

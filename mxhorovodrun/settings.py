@@ -19,6 +19,13 @@ UNUSED_FLAGS = {
                            "MPI_THREAD_MULTIPLE and does not read HOROVOD_MPI_THREADS_DISABLE",
     "num_nccl_streams": "--num-nccl-streams: no effect: mxhorovod has no NCCL (CPU tensors "
                         "only, over MPI)",
+    "thread_affinity": "--thread-affinity: no effect: mxhorovod's background thread is not "
+                       "pinned to a core (its waits sleep, it takes no core of its own)",
+    "gloo_timeout_seconds": "--gloo-timeout-seconds: no effect: mxhorovod has no Gloo (MPI only)",
+    "hierarchical_allgather": "--hierarchical-allgather: no effect: mxhorovod's allgather is "
+                              "flat (--hierarchical-allreduce is the hierarchical operation)",
+    "torus_allreduce": "--torus-allreduce: no effect: mxhorovod has no torus allreduce "
+                       "(--hierarchical-allreduce is the hierarchical operation)",
 }
 
 
@@ -42,6 +49,10 @@ def horovod_env(args):
     # horovodrun sets these; this build does not act on them (UNUSED_FLAGS warns).
     put("HOROVOD_MPI_THREADS_DISABLE", args.mpi_threads_disable, _flag)
     put("HOROVOD_NUM_NCCL_STREAMS", args.num_nccl_streams)
+    put("HOROVOD_THREAD_AFFINITY", args.thread_affinity)
+    put("HOROVOD_GLOO_TIMEOUT_SECONDS", args.gloo_timeout_seconds)
+    put("HOROVOD_HIERARCHICAL_ALLGATHER", args.hierarchical_allgather, _flag)
+    put("HOROVOD_TORUS_ALLREDUCE", args.torus_allreduce, _flag)
     if args.autotune:
         put("HOROVOD_AUTOTUNE", True, _flag)
         put("HOROVOD_AUTOTUNE_LOG", args.autotune_log_file)

@@ -853,6 +853,52 @@ def test_library_flags_warn_that_they_do_nothing(tmp_path):
     assert env["HOROVOD_MPI_THREADS_DISABLE"] == "0" and notes == []
 
 
+def test_horovodrun_flags_without_effect_set_their_variables_and_warn(tmp_path):
+    # horovodrun 0.28.1's --thread-affinity, --gloo-timeout-seconds, --[no-]hierarchical-
+    # allgather and --[no-]torus-allreduce: a horovodrun command line runs, with a warning
+    # per flag (it was "unrecognized arguments").
+    _, env, notes = plan(tmp_path, HYDRA, ["-np", "2", "--thread-affinity", "0",
+                                           "--gloo-timeout-seconds", "30",
+                                           "--hierarchical-allgather", "--no-torus-allreduce",
+                                           "python", "t.py"])
+    assert (env["HOROVOD_THREAD_AFFINITY"], env["HOROVOD_GLOO_TIMEOUT_SECONDS"],
+            env["HOROVOD_HIERARCHICAL_ALLGATHER"], env["HOROVOD_TORUS_ALLREDUCE"]) == ("0", "30", "1", "0")
+    # --no-torus-allreduce asks for what mxhorovod does: no warning (as --no-mpi-threads-disable).
+    assert [n.split(":")[0] for n in notes] == ["--gloo-timeout-seconds", "--hierarchical-allgather",
+                                               "--thread-affinity"], notes
+    assert all(": no effect" in n for n in notes), notes
+    _, env, notes = plan(tmp_path, HYDRA, ["-np", "2", "--torus-allreduce", "python", "t.py"])
+    assert env["HOROVOD_TORUS_ALLREDUCE"] == "1"
+    assert len(notes) == 1 and notes[0].startswith("--torus-allreduce: no effect"), notes
+    _, env, notes = plan(tmp_path, HYDRA, ["-np", "2", "python", "t.py"])
+    assert notes == [] and not {"HOROVOD_THREAD_AFFINITY", "HOROVOD_GLOO_TIMEOUT_SECONDS",
+                                "HOROVOD_HIERARCHICAL_ALLGATHER", "HOROVOD_TORUS_ALLREDUCE"} & set(env)
+    help_text = build_parser().format_help()
+    for flag in ("--thread-affinity", "--gloo-timeout-seconds", "--hierarchical-allgather",
+                 "--torus-allreduce", "--min-np", "--jsrun", "--config-file"):
+        assert flag in help_text, flag
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--min-np", "1"], "--min-np: elastic training: mxhorovod runs a fixed set of ranks"),
+    (["--max-np", "4"], "--max-np: elastic training"),
+    (["--host-discovery-script", "d.sh"], "--host-discovery-script: elastic training"),
+    (["--slots-per-host", "2"], "--slots-per-host: elastic training"),
+    (["--elastic-timeout", "60"], "--elastic-timeout: elastic training"),
+    (["--reset-limit", "3"], "--reset-limit: elastic training"),
+    (["--blacklist-cooldown-range", "10", "100"], "--blacklist-cooldown-range: elastic training"),
+    (["--config-file", "c.yaml"], "--config-file: not supported; give the options as flags"),
+    (["--jsrun"], "--jsrun: LSF's jsrun is not supported"),
+    (["--thread-affinity", "-1"], "must be >= 0"),
+    (["--hierarchical-allgather", "--no-hierarchical-allgather"], "not allowed with"),
+])
+def test_refused_horovodrun_flags(argv, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        parse_args(["-np", "2"] + argv + ["python", "t.py"], environ={})
+    assert e.value.code == 2
+    assert message in capsys.readouterr().err
+
+
 def test_library_flags_warning_reaches_stderr(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("MXHOROVOD_MPIRUN", fake_mpirun(tmp_path, VERSIONS[HYDRA]))
     started = []
