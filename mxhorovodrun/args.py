@@ -189,13 +189,15 @@ def build_parser():
                            help=argparse.SUPPRESS)
     # horovodrun's elastic mode, LSF and config-file flags: refused (REFUSED says why).
     refused = p.add_argument_group("refused horovodrun arguments")
-    for flag, nargs in (("--min-np", None), ("--max-np", None), ("--slots-per-host", None),
-                        ("--host-discovery-script", None), ("--elastic-timeout", None),
-                        ("--reset-limit", None), ("--blacklist-cooldown-range", 2),
-                        ("--config-file", None)):
-        refused.add_argument(flag, dest=flag[2:].replace("-", "_"), nargs=nargs,
-                             help="Refused (see below).")
-    refused.add_argument("--jsrun", dest="jsrun", action="store_true", help="Refused.")
+    for flags, nargs in ((("--min-np", "--min-num-proc"), None),
+                         (("--max-np", "--max-num-proc"), None), (("--slots-per-host",), None),
+                         (("--host-discovery-script",), None), (("--elastic-timeout",), None),
+                         (("--reset-limit",), None), (("--blacklist-cooldown-range",), 2),
+                         (("--config-file",), None)):  # config-file: options as flags
+        refused.add_argument(*flags, dest=flags[0][2:].replace("-", "_"), nargs=nargs,
+                             help="Refused, with the reason (mxhorovod has no elastic mode).")
+    refused.add_argument("--jsrun", dest="jsrun", action="store_true",
+                         help="Refused, with the reason (mpirun only).")
 
     auto = p.add_argument_group("autotune arguments")
     tuning = auto.add_mutually_exclusive_group()
@@ -257,6 +259,11 @@ def build_parser():
                        action="store_const", const=False,
                        help="Hide the timestamp of the log (HOROVOD_LOG_HIDE_TIME=1).")
     stamp.add_argument("--log-with-timestamp", dest="log_with_timestamp",
+                       action="store_const", const=True, help=argparse.SUPPRESS)
+    # horovodrun's names before 0.21.0, which it still takes
+    stamp.add_argument("--log-hide-timestamp", dest="log_with_timestamp",
+                       action="store_const", const=False, help=argparse.SUPPRESS)
+    stamp.add_argument("--no-log-hide-timestamp", dest="log_with_timestamp",
                        action="store_const", const=True, help=argparse.SUPPRESS)
 
     hosts = p.add_argument_group("host arguments").add_mutually_exclusive_group()

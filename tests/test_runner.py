@@ -879,9 +879,20 @@ def test_horovodrun_flags_without_effect_set_their_variables_and_warn(tmp_path):
         assert flag in help_text, flag
 
 
+def test_old_timestamp_flag_names():
+    # horovodrun's names before 0.21.0, which horovodrun 0.28.1 still takes.
+    from mxhorovodrun.settings import horovod_env
+    args = parse_args(["-np", "2", "--log-hide-timestamp", "python", "t.py"], environ={})
+    assert args.log_with_timestamp is False and horovod_env(args)["HOROVOD_LOG_HIDE_TIME"] == "1"
+    args = parse_args(["-np", "2", "--no-log-hide-timestamp", "python", "t.py"], environ={})
+    assert args.log_with_timestamp is True and horovod_env(args)["HOROVOD_LOG_HIDE_TIME"] == "0"
+
+
 @pytest.mark.parametrize("argv,message", [
     (["--min-np", "1"], "--min-np: elastic training: mxhorovod runs a fixed set of ranks"),
     (["--max-np", "4"], "--max-np: elastic training"),
+    (["--min-num-proc", "1"], "--min-np: elastic training"),
+    (["--max-num-proc", "4"], "--max-np: elastic training"),
     (["--host-discovery-script", "d.sh"], "--host-discovery-script: elastic training"),
     (["--slots-per-host", "2"], "--slots-per-host: elastic training"),
     (["--elastic-timeout", "60"], "--elastic-timeout: elastic training"),
@@ -1490,3 +1501,48 @@ def test_relay_loses_nothing_on_a_console_made_non_blocking():
     reader.join(60)
     os.close(r)
     assert b"".join(got) == b"".join(b"[0] " + line for line in lines)
+
+
+
+# Every option of horovodrun 0.28.1's parser (horovod/runner/launch.py), with its number of
+# values: a horovodrun command line is never "unrecognized arguments" here.
+HOROVODRUN_OPTIONS = [
+    ("-v", 0), ("--version", 0), ("-np", 1), ("--num-proc", 1), ("-cb", 0),
+    ("--check-build", 0), ("--disable-cache", 0), ("--start-timeout", 1),
+    ("--network-interfaces", 1), ("--network-interface", 1), ("--output-filename", 1),
+    ("--verbose", 0), ("--config-file", 1), ("-p", 1), ("--ssh-port", 1), ("-i", 1),
+    ("--ssh-identity-file", 1), ("--fusion-threshold-mb", 1), ("--cycle-time-ms", 1),
+    ("--cache-capacity", 1), ("--hierarchical-allreduce", 0),
+    ("--no-hierarchical-allreduce", 0), ("--hierarchical-allgather", 0),
+    ("--no-hierarchical-allgather", 0), ("--torus-allreduce", 0), ("--no-torus-allreduce",
+    0), ("--autotune", 0), ("--no-autotune", 0), ("--autotune-log-file", 1),
+    ("--autotune-warmup-samples", 1), ("--autotune-steps-per-sample", 1),
+    ("--autotune-bayes-opt-max-samples", 1), ("--autotune-gaussian-process-noise", 1),
+    ("--min-np", 1), ("--min-num-proc", 1), ("--max-np", 1), ("--max-num-proc", 1),
+    ("--slots-per-host", 1), ("--elastic-timeout", 1), ("--reset-limit", 1),
+    ("--blacklist-cooldown-range", 2), ("--timeline-filename", 1),
+    ("--timeline-mark-cycles", 0), ("--no-timeline-mark-cycles", 0), ("--no-stall-check",
+    0), ("--stall-check", 0), ("--stall-check-warning-time-seconds", 1),
+    ("--stall-check-shutdown-time-seconds", 1), ("--mpi-threads-disable", 0),
+    ("--no-mpi-threads-disable", 0), ("--mpi-args", 1), ("--tcp", 0), ("--binding-args", 1),
+    ("--num-nccl-streams", 1), ("--thread-affinity", 1), ("--gloo-timeout-seconds", 1),
+    ("--log-level", 1), ("--log-with-timestamp", 0), ("--log-without-timestamp", 0),
+    ("-prefix-timestamp", 0), ("--prefix-output-with-timestamp", 0),
+    ("--log-hide-timestamp", 0), ("--no-log-hide-timestamp", 0), ("-H", 1), ("--hosts", 1),
+    ("-hostfile", 1), ("--hostfile", 1), ("--host-discovery-script", 1), ("--gloo", 0),
+    ("--mpi", 0), ("--jsrun", 0),
+]
+
+
+@pytest.mark.parametrize("option,values", HOROVODRUN_OPTIONS)
+def test_every_horovodrun_option_is_known(option, values, capsys):
+    if option in ("-v", "--version", "-cb", "--check-build"):
+        return  # they act at once (tested above)
+    value = {"--log-level": "INFO", "--output-filename": "logs", "--hostfile": "hosts",
+             "-hostfile": "hosts", "--binding-args": "-bind-to core", "--mpi-args": "-v"}
+    argv = [option] + [value.get(option, "1")] * values
+    try:
+        parse_args(["-np", "2"] + argv + ["python", "t.py"], environ={})
+    except SystemExit:
+        err = capsys.readouterr().err
+        assert "unrecognized arguments" not in err and "invalid" not in err, (option, err)
