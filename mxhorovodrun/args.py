@@ -55,6 +55,14 @@ def _nonnegative(kind):
 _positive_int = _at_least(int, 1)
 
 
+def _core_list(text):
+    """HOROVOD_THREAD_AFFINITY's form: comma-separated non-negative integers."""
+    words = [w.strip() for w in text.split(",")]
+    if not all(w.isdigit() for w in words):
+        raise argparse.ArgumentTypeError("%r is not a comma-separated list of core ids" % text)
+    return ",".join(words)
+
+
 class _Interfaces(argparse.Action):
     """--network-interfaces eth0,eth1 / --network-interface eth0 (repeatable): a set."""
 
@@ -172,9 +180,10 @@ def build_parser():
     lib.add_argument("--num-nccl-streams", dest="num_nccl_streams", type=_positive_int,
                      help="Sets HOROVOD_NUM_NCCL_STREAMS; no effect (a warning says so): "
                           "mxhorovod has no NCCL (CPU only). (default: 1)")
-    lib.add_argument("--thread-affinity", dest="thread_affinity", type=_nonnegative(int),
-                     help="Sets HOROVOD_THREAD_AFFINITY; no effect (a warning says so): the "
-                          "background thread is not pinned to a core.")
+    lib.add_argument("--thread-affinity", dest="thread_affinity", type=_core_list,
+                     help="Sets HOROVOD_THREAD_AFFINITY: core ids, comma-separated, one per "
+                          "local rank: the background thread of local rank i runs on the "
+                          "i-th (horovodrun takes one id: enough for one rank per host).")
     lib.add_argument("--gloo-timeout-seconds", dest="gloo_timeout_seconds",
                      type=_nonnegative(int),
                      help="Sets HOROVOD_GLOO_TIMEOUT_SECONDS; no effect (a warning says so): "

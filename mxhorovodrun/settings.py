@@ -19,8 +19,6 @@ UNUSED_FLAGS = {
                            "MPI_THREAD_MULTIPLE and does not read HOROVOD_MPI_THREADS_DISABLE",
     "num_nccl_streams": "--num-nccl-streams: no effect: mxhorovod has no NCCL (CPU tensors "
                         "only, over MPI)",
-    "thread_affinity": "--thread-affinity: no effect: mxhorovod's background thread is not "
-                       "pinned to a core (its waits sleep, it takes no core of its own)",
     "gloo_timeout_seconds": "--gloo-timeout-seconds: no effect: mxhorovod has no Gloo (MPI only)",
     "hierarchical_allgather": "--hierarchical-allgather: no effect: mxhorovod's allgather is "
                               "flat (--hierarchical-allreduce is the hierarchical operation)",

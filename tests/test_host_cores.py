@@ -178,3 +178,43 @@ def test_ranks_in_a_cgroup_with_a_one_cpu_quota_give_the_core_away():
     finally:
         with contextlib.suppress(OSError):  # busy only if the job outlived its timeout
             os.rmdir(group)
+
+
+def bg_cores(proc, np_):
+    # Not anchored: two ranks' lines may reach mpirun's output run together.
+    found = dict(re.findall(r"BG (\d+) (\d[\d,-]*)", proc.stdout))
+    assert sorted(found) == [str(r) for r in range(np_)], proc.stdout[-3000:]
+    return [found[str(r)] for r in range(np_)]
+
+
+def test_thread_affinity_pins_each_local_ranks_background_thread():
+    usable = sorted(os.sched_getaffinity(0))
+    if len(usable) < 2:
+        pytest.skip("needs 2 usable cores")
+    want = [usable[1], usable[0]]  # local rank 0 on the second core, rank 1 on the first
+    proc = run_ranks(2, "thread_affinity.py", timeout=180, env={
+        "HOROVOD_THREAD_AFFINITY": " %d, %d" % tuple(want), "HOROVOD_LOG_LEVEL": "debug"})
+    assert bg_cores(proc, 2) == [str(c) for c in want]
+    assert proc.stdout.count("background thread pinned to core") == 2, proc.stdout[-3000:]
+
+
+def test_thread_affinity_with_too_few_cores_or_a_core_out_of_reach_warns():
+    with open("/proc/self/status") as f:  # the ranks inherit this process's affinity
+        everything = [line.split()[1] for line in f if line.startswith("Cpus_allowed_list:")][0]
+    proc = run_ranks(2, "thread_affinity.py", timeout=180, env={"HOROVOD_THREAD_AFFINITY": "0"})
+    assert "HOROVOD_THREAD_AFFINITY names 1 core(s) for the 2 ranks of this host" in proc.stdout
+    assert bg_cores(proc, 2) == [everything] * 2  # not pinned
+    far = max(os.sched_getaffinity(0)) + 1000  # no such core here
+    proc = run_ranks(2, "thread_affinity.py", timeout=180,
+                     env={"HOROVOD_THREAD_AFFINITY": "%d,%d" % (far, far)})
+    assert proc.stdout.count("cannot run its background thread on core %d" % far) == 2, \
+        proc.stdout[-3000:]
+
+
+@pytest.mark.parametrize("value", ["a", "1,,2", "1;2", "-1", "1,"])
+def test_thread_affinity_that_is_not_a_core_list_fails_init_on_every_rank(value):
+    proc = run_ranks(2, "thread_affinity.py", timeout=180, expect_ok=False,
+                     env={"HOROVOD_THREAD_AFFINITY": value})
+    assert proc.returncode != 0
+    message = "HOROVOD_THREAD_AFFINITY='%s' is not a comma-separated list of core ids" % value
+    assert proc.stdout.count(message) >= 2, proc.stdout[-3000:]

@@ -268,6 +268,10 @@ void BackgroundLoop(StartArgs args) {
            (topo.local_size == 1 ? " rank, " : " ranks, ") + cores.Describe() +
            (crowded ? ": more ranks than cores, waits give the core away at once"
                     : ": a core per rank, data waits test back to back first"));
+  // After CountHostCores, which reads this thread's affinity as the process's.
+  if (!cfg.thread_affinity.empty()) {
+    PinToCore(cfg.thread_affinity, topo.local_rank, topo.local_size);
+  }
   if (cfg.blocking_data >= 0) policy.blocking_data = cfg.blocking_data != 0;
   // Plus a cycle: a peer with nothing to do may sleep that long before negotiating.
   policy.warn_after_s = cfg.stall.enabled ? cfg.stall.check_s + cfg.cycle_time_ms / 1000 : 0;

@@ -34,6 +34,31 @@ bool EnvBool(const char* name, bool fallback) {
   throw std::invalid_argument(std::string(name) + "='" + v + "' is not a boolean (1 or 0)");
 }
 
+std::vector<int> EnvCoreList(const char* name) {
+  const char* v = std::getenv(name);
+  std::vector<int> out;
+  if (!v || !*v) return out;
+  const char* p = v;
+  while (true) {
+    char* end = nullptr;
+    while (std::isspace((unsigned char)*p)) ++p;
+    const long id = std::isdigit((unsigned char)*p) ? std::strtol(p, &end, 10) : -1;
+    if (id < 0 || id > 1 << 20) {
+      throw std::invalid_argument(std::string(name) + "='" + v + "' is not a comma-separated "
+                                  "list of core ids (non-negative integers, one per local rank)");
+    }
+    out.push_back((int)id);
+    p = end;
+    while (std::isspace((unsigned char)*p)) ++p;
+    if (*p == '\0') return out;
+    if (*p != ',') {
+      throw std::invalid_argument(std::string(name) + "='" + v + "' is not a comma-separated "
+                                  "list of core ids (non-negative integers, one per local rank)");
+    }
+    ++p;
+  }
+}
+
 Config Config::FromEnv() {
   Config c;
   c.cycle_time_ms = EnvNumber("HOROVOD_CYCLE_TIME", c.cycle_time_ms);
@@ -58,6 +83,7 @@ Config Config::FromEnv() {
   if (c.slice_bytes > (1ll << 30)) c.slice_bytes = 1ll << 30;
   // [hierarchical allreduce, issue 7] Horovod's reading: a number, on when above 0.
   c.hierarchical_allreduce = EnvNumber("HOROVOD_HIERARCHICAL_ALLREDUCE", 0) > 0;
+  c.thread_affinity = EnvCoreList("HOROVOD_THREAD_AFFINITY");
   const char* timeline = std::getenv("HOROVOD_TIMELINE");
   c.timeline = timeline && std::string(timeline) != "DYNAMIC" ? timeline : "";
   c.timeline_mark_cycles = EnvBool("HOROVOD_TIMELINE_MARK_CYCLES", false);

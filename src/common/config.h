@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "logging.h"
 #include "stall_inspector.h"
@@ -30,6 +31,9 @@ struct Config {
   bool doorbell = true;                       // MXHOROVOD_DOORBELL: waits sleep on a futex in /dev/shm
   int64_t cma_min_bytes = 64ll << 10;
   bool hierarchical_allreduce = false;        // HOROVOD_HIERARCHICAL_ALLREDUCE (> 0: on)
+  // HOROVOD_THREAD_AFFINITY: "c0,c1,...": the background thread of local rank i runs on core
+  // ci (host_cores.h); empty: not pinned.
+  std::vector<int> thread_affinity;
   std::string timeline;                       // HOROVOD_TIMELINE: file written by rank 0
                                               // ("" or DYNAMIC: only start_timeline())
   bool timeline_mark_cycles = false;          // HOROVOD_TIMELINE_MARK_CYCLES
@@ -44,6 +48,9 @@ double EnvNumber(const char* name, double fallback);
 // 1/true/yes/on or 0/false/no/off (any case), `fallback` when unset or empty; throws
 // std::invalid_argument naming the variable otherwise.
 bool EnvBool(const char* name, bool fallback);
+// A comma-separated list of core ids (non-negative integers; spaces allowed), empty when
+// unset or empty; throws std::invalid_argument naming the variable otherwise.
+std::vector<int> EnvCoreList(const char* name);
 
 }  // namespace mxhorovod
 

@@ -1,5 +1,6 @@
 #include "host_cores.h"
 
+#include <pthread.h>
 #include <sched.h>
 #include <unistd.h>
 
@@ -10,6 +11,9 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <system_error>
+
+#include "logging.h"
 
 namespace mxhorovod {
 
@@ -124,6 +128,32 @@ HostCores CountHostCores(MPI_Comm local, const CpuQuotas& quotas) {
   out.quota = HostQuota(GatherStrings(local, quotas.chain));
   out.usable = out.quota > 0 ? std::min<double>(out.affinity, out.quota) : out.affinity;
   return out;
+}
+
+void PinToCore(const std::vector<int>& cores, int local_rank, int local_size) {
+  const std::string what = "HOROVOD_THREAD_AFFINITY";
+  if ((int)cores.size() < local_size) {
+    LogWarning(what + " names " + std::to_string(cores.size()) + " core(s) for the " +
+               std::to_string(local_size) + " ranks of this host (one per local rank, in "
+               "local rank order): the background thread is not pinned");
+    return;
+  }
+  const int core = cores[local_rank];
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int rc = EINVAL;
+  if (core < CPU_SETSIZE) {
+    CPU_SET(core, &set);
+    rc = pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+  }
+  if (rc != 0) {
+    LogWarning(what + ": local rank " + std::to_string(local_rank) + " cannot run its "
+               "background thread on core " + std::to_string(core) + " (" +
+               std::system_category().message(rc) + "; not a core this process may use?): "
+               "not pinned");
+    return;
+  }
+  LogDebug("background thread pinned to core " + std::to_string(core) + " (" + what + ")");
 }
 
 }  // namespace mxhorovod

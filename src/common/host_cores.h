@@ -35,8 +35,14 @@ struct HostCores {
 // or disagree: nothing bounds the host then but the affinity.
 double HostQuota(const std::vector<std::string>& chains);
 
-// Collective over `local` (the ranks of this host).
+// Collective over `local` (the ranks of this host). Before PinToCore: it reads the calling
+// thread's affinity.
 HostCores CountHostCores(MPI_Comm local, const CpuQuotas& quotas);
+
+// HOROVOD_THREAD_AFFINITY, as Horovod reads it: the calling (background) thread of local
+// rank i runs on core `cores[i]`. Fewer ids than local ranks, or a core this process may not
+// use, leave the thread unpinned, with a warning that says why.
+void PinToCore(const std::vector<int>& cores, int local_rank, int local_size);
 
 }  // namespace mxhorovod
 
