@@ -11,14 +11,17 @@ __all__ = ["REFUSED", "build_parser", "parse_args"]
 
 _ELASTIC = ("elastic training: mxhorovod runs a fixed set of ranks, started by mpirun (Horovod's "
             "elastic mode has no MXNet API either); give -np and drop the elastic flags")
-# horovodrun flags that this launcher refuses, by dest: the error each gives.
-REFUSED = dict(
-    [(d, "--%s: %s" % (d.replace("_", "-"), _ELASTIC))
-     for d in ("min_np", "max_np", "slots_per_host", "host_discovery_script", "elastic_timeout",
-               "reset_limit", "blacklist_cooldown_range")] +
-    [("config_file", "--config-file: not supported; give the options as flags (the same "
-                     "names as horovodrun's)"),
-     ("jsrun", "--jsrun: LSF's jsrun is not supported; mxhorovodrun launches with mpirun")])
+# horovodrun flags that this launcher refuses: (names, values taken, why); the first name
+# gives the dest.
+_REFUSED_FLAGS = [((name,) + more, nargs, "%s: %s" % (name, _ELASTIC)) for name, more, nargs in (
+    ("--min-np", ("--min-num-proc",), None), ("--max-np", ("--max-num-proc",), None),
+    ("--slots-per-host", (), None), ("--host-discovery-script", (), None),
+    ("--elastic-timeout", (), None), ("--reset-limit", (), None),
+    ("--blacklist-cooldown-range", (), 2))] + [
+    (("--config-file",), None, "--config-file: not supported; give the options as flags (the "
+                               "same names as horovodrun's)"),
+    (("--jsrun",), 0, "--jsrun: LSF's jsrun is not supported; mxhorovodrun launches with mpirun")]
+REFUSED = {names[0][2:].replace("-", "_"): why for names, _, why in _REFUSED_FLAGS}  # by dest
 
 _EPILOG = """\
 environment:
@@ -198,15 +201,10 @@ def build_parser():
                            help=argparse.SUPPRESS)
     # horovodrun's elastic mode, LSF and config-file flags: refused (REFUSED says why).
     refused = p.add_argument_group("refused horovodrun arguments")
-    for flags, nargs in ((("--min-np", "--min-num-proc"), None),
-                         (("--max-np", "--max-num-proc"), None), (("--slots-per-host",), None),
-                         (("--host-discovery-script",), None), (("--elastic-timeout",), None),
-                         (("--reset-limit",), None), (("--blacklist-cooldown-range",), 2),
-                         (("--config-file",), None)):  # config-file: options as flags
-        refused.add_argument(*flags, dest=flags[0][2:].replace("-", "_"), nargs=nargs,
-                             help="Refused, with the reason (mxhorovod has no elastic mode).")
-    refused.add_argument("--jsrun", dest="jsrun", action="store_true",
-                         help="Refused, with the reason (mpirun only).")
+    for names, nargs, _ in _REFUSED_FLAGS:
+        extra = {"action": "store_true"} if nargs == 0 else {"nargs": nargs}
+        refused.add_argument(*names, dest=names[0][2:].replace("-", "_"),
+                             help="Refused, with the reason.", **extra)
 
     auto = p.add_argument_group("autotune arguments")
     tuning = auto.add_mutually_exclusive_group()

@@ -38,24 +38,17 @@ std::vector<int> EnvCoreList(const char* name) {
   const char* v = std::getenv(name);
   std::vector<int> out;
   if (!v || !*v) return out;
-  const char* p = v;
-  while (true) {
+  const std::invalid_argument bad(std::string(name) + "='" + v + "' is not a comma-separated "
+                                  "list of core ids (non-negative integers, one per local rank)");
+  for (const char* p = v;; ++p) {  // at an id; after it, at a comma or the end
     char* end = nullptr;
     while (std::isspace((unsigned char)*p)) ++p;
     const long id = std::isdigit((unsigned char)*p) ? std::strtol(p, &end, 10) : -1;
-    if (id < 0 || id > 1 << 20) {
-      throw std::invalid_argument(std::string(name) + "='" + v + "' is not a comma-separated "
-                                  "list of core ids (non-negative integers, one per local rank)");
-    }
+    if (id < 0 || id > 1 << 20) throw bad;
     out.push_back((int)id);
-    p = end;
-    while (std::isspace((unsigned char)*p)) ++p;
+    for (p = end; std::isspace((unsigned char)*p);) ++p;
     if (*p == '\0') return out;
-    if (*p != ',') {
-      throw std::invalid_argument(std::string(name) + "='" + v + "' is not a comma-separated "
-                                  "list of core ids (non-negative integers, one per local rank)");
-    }
-    ++p;
+    if (*p != ',') throw bad;
   }
 }
 
