@@ -27,6 +27,9 @@ Batch sizes (:mod:`mxhorovod.batch_check`): every step of such a Trainer also su
 32-byte allreduce of its ``batch_size``, read at its step after next: ranks that passed
 different sizes are warned once (their updates differed).
 
+``update()`` without ``allreduce_grads()`` since the last update reduces the gradients
+itself (:mod:`mxhorovod.unreduced`): the wrapped ``allreduce_grads`` records that it ran.
+
 Used by ``DistributedTrainer`` (fresh gradients), and by a plain ``gluon.Trainer`` over
 kvstore 'horovod' (fresh gradients) or with a ``DistributedOptimizer`` (both): importing
 mxhorovod wraps ``gluon.Trainer.step`` and ``update`` (:func:`install_trainer_agreement`).
@@ -44,6 +47,7 @@ from mxhorovod.batch_check import BatchSizeCheck
 from mxhorovod.layout_check import LayoutCheck, check_one_context
 from mxhorovod.mpi_ops import Max, Sum, allreduce
 from mxhorovod.process_sets import global_process_set
+from mxhorovod.unreduced import mark_reduced, needs_reduction
 
 __all__ = ["fresh_counts", "zero_stale_where_fresh_elsewhere", "mixed_freshness",
            "agreed_amp_overflow", "install_trainer_agreement"]
@@ -206,6 +210,7 @@ def install_trainer_agreement():
     if getattr(trainer_cls.step, "_mxhorovod_stale", False):
         return
     original_step, original_update = trainer_cls.step, trainer_cls.update
+    original_allreduce_grads = trainer_cls.allreduce_grads
 
     def needed(trainer, ignore_stale_grad):
         if ignore_stale_grad or getattr(trainer, "_amp_loss_scaler", None) is not None:
@@ -256,14 +261,27 @@ def install_trainer_agreement():
         if agree is not None and ignore_stale_grad:
             zero_stale_where_fresh_elsewhere(self._params, agree[0], agree[1])
         with amp_context(self, agree):
-            return original_step(self, batch_size, ignore_stale_grad)
+            result = original_step(self, batch_size, ignore_stale_grad)
+        mark_reduced(self, False)
+        return result
+
+    @functools.wraps(original_allreduce_grads)
+    def allreduce_grads(self):
+        original_allreduce_grads(self)
+        mark_reduced(self)
 
     @functools.wraps(original_update)
     def update(self, batch_size, ignore_stale_grad=False):
         check_layout(self)
         check_batch_size(self, batch_size, "update")
         agree = needed(self, ignore_stale_grad)
-        if agree is not None and ignore_stale_grad:
+        over_kvstore = not isinstance(self._optimizer, DistributedOptimizer) and \
+            _agreement(self, "fresh") is not None  # kvstore 'horovod', more than one rank
+        if over_kvstore and needs_reduction(self, "Trainer (kvstore 'horovod')", "summed"):
+            if ignore_stale_grad:  # as step() does
+                zero_stale_where_fresh_elsewhere(self._params, agree[0], agree[1])
+            self.allreduce_grads()
+        elif agree is not None and ignore_stale_grad:
             if isinstance(self._optimizer, DistributedOptimizer):
                 zero_stale_where_fresh_elsewhere(self._params, agree[0], agree[1])
             else:
@@ -276,7 +294,10 @@ def install_trainer_agreement():
                         "step(batch_size, ignore_stale_grad=True)"
                         % ", ".join("'%s'" % m for m in mixed))
         with amp_context(self, agree):
-            return original_update(self, batch_size, ignore_stale_grad)
+            result = original_update(self, batch_size, ignore_stale_grad)
+        mark_reduced(self, False)
+        return result
 
     step._mxhorovod_stale = update._mxhorovod_stale = True
     trainer_cls.step, trainer_cls.update = step, update
+    trainer_cls.allreduce_grads = allreduce_grads

@@ -24,6 +24,7 @@ from mxhorovod.process_sets import global_process_set
 from mxhorovod.agreement import mixed_freshness, zero_stale_where_fresh_elsewhere
 from mxhorovod.batch_check import BatchSizeCheck
 from mxhorovod.layout_check import LayoutCheck
+from mxhorovod.unreduced import needs_reduction
 
 __all__ = ["DistributedTrainer"]
 
@@ -207,14 +208,27 @@ class DistributedTrainer(mx.gluon.Trainer):
     def update(self, batch_size, ignore_stale_grad=False):
         """``gluon.Trainer.update`` after ``allreduce_grads()``.
 
+        Without ``allreduce_grads()`` since the last ``update()`` / ``step()`` (a
+        single-process habit: there it does nothing), the gradients are averaged here
+        first, as ``step()`` would, and a ``UserWarning`` says so once per trainer
+        (:mod:`mxhorovod.unreduced`; Horovod updates each rank with its own gradient and
+        the ranks drift apart).
+
         Raises:
             ValueError: on every rank, with ``ignore_stale_grad=True``, when some gradient
                 is fresh on some ranks and stale on others: the reduction has already
                 averaged a stale gradient in, and the ranks would update differently (use
                 ``step(..., ignore_stale_grad=True)``, which handles that case).
         """
-        if ignore_stale_grad and not _outside(self._process_set) and \
-                _ps_size(self._process_set, "DistributedTrainer") > 1:
+        distributed = not _outside(self._process_set) and \
+            _ps_size(self._process_set, "DistributedTrainer") > 1
+        if distributed and needs_reduction(self, "DistributedTrainer"):
+            self._agree_on_fresh = bool(ignore_stale_grad)  # as step() reduces
+            try:
+                self.allreduce_grads()
+            finally:
+                self._agree_on_fresh = False
+        elif ignore_stale_grad and distributed:
             if self._prefix is None:
                 self._auto_prefix()
             mixed = mixed_freshness(self._params, self._prefix + "fresh",

@@ -52,6 +52,23 @@ def test_a_collective_in_a_hybridized_block_says_why():
         hvd.shutdown()
 
 
+def test_a_0d_array_from_a_python_number_says_what_to_pass():
+    # mx.nd.array(acc) of a Python float (a metric) is shape (): MXNet's legacy shape mode
+    # takes that for an unknown shape. Was "the NDArray has no shape (uninitialized)".
+    hvd.init()
+    try:
+        x = mx.nd.array(0.5)
+        for call in (lambda: hvd.allreduce(x, name="acc"), lambda: hvd.allreduce_(x, name="acc_"),
+                     lambda: hvd.broadcast(x, 0, name="acc_b"),
+                     lambda: hvd.grouped_allreduce([x], name="acc_g")):
+            with pytest.raises(hvd.InvalidArgumentError,
+                               match=r"shape \(\).*mx\.nd\.array\(\[value\]\)"):
+                call()
+        np.testing.assert_array_equal(hvd.allreduce(mx.nd.array([0.5]), name="acc").asnumpy(), [0.5])
+    finally:
+        hvd.shutdown()
+
+
 def _thread_names():
     import os
     names = []

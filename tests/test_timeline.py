@@ -233,13 +233,15 @@ def test_summary_tolerates_a_recording_started_mid_operation():
         ("ALLREDUCE", 0), ("NEGOTIATE_ALLREDUCE", 1), ("ALLREDUCE", 1)]
 
 
-def test_a_job_aborted_at_once_leaves_a_loadable_start(tmp_path):
-    # Rank 1 fails right after one allreduce: MPI_Abort ends rank 0 before the writer's
-    # first flush. The file was empty (0 bytes); now it holds at least the open array.
+def test_a_job_aborted_at_once_keeps_the_operations_before_it(tmp_path):
+    # Rank 1 fails right after five allreduces: MPI_Abort, and mpirun ends rank 0 by
+    # SIGTERM and SIGKILL at once. The file was empty (0 bytes), then held only the open
+    # array (the writer flushed every 200 ms); now the five operations are on disk (the
+    # writer writes as events arrive, Horovod writes each event at once).
     script = tmp_path / "abort_early.py"
     script.write_text(
         "import mxnet as mx\nimport mxhorovod as hvd\nhvd.init()\n"
-        "hvd.allreduce(mx.nd.ones(2), name='one').asnumpy()\n"
+        "for i in range(5):\n    hvd.allreduce(mx.nd.ones(2), name='a%d' % i).asnumpy()\n"
         "if hvd.rank() == 1:\n    raise RuntimeError('rank 1 fails')\n"
         "import time\ntime.sleep(30)\n")
     path = tmp_path / "timeline.json"
@@ -248,7 +250,9 @@ def test_a_job_aborted_at_once_leaves_a_loadable_start(tmp_path):
     assert proc.returncode != 0 and "rank 1 fails" in proc.stdout, proc.stdout[-3000:]
     text = path.read_text()
     assert text.startswith("[") and "process_name" in text, repr(text[:200])
-    load(str(path))  # the summary tool reads the unfinished file
+    recorded = load(str(path))  # the summary tool reads the unfinished file
+    done = {s.tensor for s in recorded.spans if s.phase == "ALLREDUCE"}
+    assert done == {"a%d" % i for i in range(5)}, (done, text[-2000:])
 
 
 def test_sized_call_is_one_use_unless_its_exchange_failed():

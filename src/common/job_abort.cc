@@ -175,6 +175,8 @@ void OnFatalSignal(int sig, siginfo_t* info, void* context) {
     }
     // The process ends now, whatever the previous handler does (the watchdog sees to it).
     ArmStuckWatchdog(sig);
+    // The timeline's last events show what happened: on disk first (at most a few ms).
+    if (getpid() == g_rank_pid) Timeline::Get().AwaitFlushInSignal(500);
     UnlinkMPIShm();
     if (prev.sa_flags & SA_SIGINFO) {
       if (prev.sa_sigaction) prev.sa_sigaction(sig, info, context);

@@ -1,6 +1,7 @@
 #include "timeline.h"
 
 #include <pthread.h>
+#include <time.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -9,8 +10,16 @@
 namespace mxhorovod {
 namespace {
 
-// The writer wakes at least this often, so a crash loses at most this much of the file.
-constexpr auto kFlushPeriod = std::chrono::milliseconds(200);
+// The writer writes and flushes as soon as events arrive, then waits at least kMinGap
+// before the next write (at most ~200 writes a second while operations run, one wake of
+// the writer per batch), so a process killed without warning loses the last few
+// milliseconds of events: MPICH's mpirun ends the other ranks with SIGTERM and SIGKILL
+// right after a rank's MPI_Abort, within the 200 ms that the writer used to wait between
+// flushes, and a rank 0 killed that way left an empty timeline, the operations before the
+// failure lost (Horovod writes every event at once). kIdleWait bounds a wait with nothing
+// to write (Stop wakes the writer anyway).
+constexpr auto kMinGap = std::chrono::milliseconds(5);
+constexpr auto kIdleWait = std::chrono::milliseconds(200);
 
 }  // namespace
 
@@ -95,6 +104,8 @@ Status Timeline::Start(const std::string& path, bool mark_cycles) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     pending_.clear();
+    recorded_.store(0);
+    written_.store(0);
     accepting_ = true;
     stop_ = false;
   }
@@ -109,6 +120,7 @@ Status Timeline::Start(const std::string& path, bool mark_cycles) {
   // later: a test that listed the threads right after the first collective saw two
   // "mxhorovod-bg" and no writer).
   pthread_setname_np(writer_.native_handle(), "mxhorovod-tl");
+  writer_handle_ = writer_.native_handle();
   enabled_.store(true);
   return Status::OK();
 }
@@ -131,6 +143,16 @@ void Timeline::Stop() {
   file_ = nullptr;
 }
 
+void Timeline::AwaitFlushInSignal(int limit_ms) {
+  if (!enabled() || pthread_equal(pthread_self(), writer_handle_)) return;
+  const uint64_t target = recorded_.load();
+  const int step_ms = 2;
+  for (int waited = 0; waited < limit_ms && written_.load() < target; waited += step_ms) {
+    struct timespec pause = {0, step_ms * 1000000L};
+    nanosleep(&pause, nullptr);
+  }
+}
+
 std::string Timeline::path() {
   std::lock_guard<std::mutex> control(control_mu_);
   return writer_.joinable() ? path_ : std::string();
@@ -138,12 +160,15 @@ std::string Timeline::path() {
 
 void Timeline::Push(std::vector<Event>&& events) {
   std::lock_guard<std::mutex> lk(mu_);
-  if (!accepting_) return;
-  if (pending_.empty()) {
+  if (!accepting_ || events.empty()) return;
+  recorded_.fetch_add(events.size());
+  const bool first = pending_.empty();
+  if (first) {
     pending_ = std::move(events);
   } else {
     for (auto& e : events) pending_.push_back(std::move(e));
   }
+  if (first) cv_.notify_one();  // once per batch: the writer takes all that came since
 }
 
 std::string Timeline::RowName(const std::string& name) const {
@@ -199,13 +224,16 @@ void Timeline::WriterLoop() {
     bool stopping;
     {
       std::unique_lock<std::mutex> lk(mu_);
-      cv_.wait_for(lk, kFlushPeriod, [&] { return stop_; });
+      cv_.wait_for(lk, kIdleWait, [&] { return stop_ || !pending_.empty(); });
+      // A short wait after the first event gathers the ones that follow into one write.
+      cv_.wait_for(lk, kMinGap, [&] { return stop_; });
       batch.swap(pending_);
       stopping = stop_;
     }
     for (const auto& e : batch) Write(e);
-    batch.clear();
     std::fflush(file_);
+    written_.fetch_add(batch.size());
+    batch.clear();
     if (stopping) return;
   }
 }

@@ -24,6 +24,8 @@
 #ifndef MXHOROVOD_COMMON_TIMELINE_H_
 #define MXHOROVOD_COMMON_TIMELINE_H_
 
+#include <pthread.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -61,6 +63,12 @@ class Timeline {
   void Stop();
   bool enabled() const { return enabled_.load(std::memory_order_relaxed); }
   std::string path();
+  // For a fatal signal's handler: waits, at most limit_ms, until the writer has put on disk
+  // every event recorded before the call (a scheduler's SIGTERM, a crash: the last events
+  // are the ones that show what happened). Async-signal-safe (atomics, pthread_self,
+  // nanosleep); returns at once when no timeline is recorded or when called on the writer
+  // thread.
+  void AwaitFlushInSignal(int limit_ms);
 
   // --- hooks (called by the background thread) ---
   // Coordinator: `rank`'s request for `name` arrived (opens NEGOTIATE_<OP> if needed).
@@ -151,6 +159,9 @@ class Timeline {
   bool accepting_ = false;
   bool stop_ = false;
   std::thread writer_;
+  pthread_t writer_handle_{};              // writer_'s, for AwaitFlushInSignal
+  std::atomic<uint64_t> recorded_{0};      // events accepted by Push
+  std::atomic<uint64_t> written_{0};       // events the writer has written and flushed
 
   // Writer thread only (and Stop after the join).
   std::string path_;

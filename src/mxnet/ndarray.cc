@@ -56,8 +56,15 @@ Status Describe(void* handle, const Label& label, ArrayInfo* out) {
   if (MXNDArrayGetShapeEx(handle, &ndim, &dims) != 0) return Status::InvalidArgument(label.str() + ": " + LastMXNetError());
   int np_shape = 0;
   if (ndim == 0) MXIsNumpyShape(&np_shape);  // only a 0-d shape needs it (one C call less)
-  if (ndim < 0 || (ndim == 0 && !np_shape)) {
+  if (ndim < 0) {
     return Status::InvalidArgument(label.str() + ": the NDArray has no shape (uninitialized)");
+  }
+  if (ndim == 0 && !np_shape) {
+    return Status::InvalidArgument(
+        label.str() + ": the NDArray has shape () (a 0-d array, as mx.nd.array(0.5) makes from "
+        "a Python number), which MXNet's legacy shape mode takes for an unknown shape: pass a "
+        "1-d array (mx.nd.array([value]), shape (1,)), or turn on NumPy shape semantics "
+        "(mx.npx.set_np()), where () is one element");
   }
   out->shape.assign(dims, dims + ndim);  // () under npx.set_np(): a 0-d array, 1 element
   return Status::OK();

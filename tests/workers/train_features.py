@@ -790,6 +790,53 @@ def parameters_moved_to_more_contexts_after_the_trainer():
             assert_same_on_all_ranks(param_arrays(net), "moved_%s_%s" % (kind, movers))
 
 
+def update_without_allreduce_grads():
+    """update() with no allreduce_grads() before it (a single-process habit, where it does
+    nothing): the gradients are reduced in update(), once per update (an allreduce_grads()
+    before it is not doubled: kvstore 'horovod' sums, so a second reduction would multiply
+    by size()), and a UserWarning says so once per trainer, on every rank. (It updated each
+    rank with its own gradient: the ranks drifted apart without a word, as in Horovod.)"""
+    x, y = global_data(4, B, seed=11)
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    kinds = {
+        "trainer": (lambda ps: hvd.DistributedTrainer(ps, optimizer("sgd")), B),
+        "bucket views": (lambda ps: hvd.DistributedTrainer(ps, optimizer("sgd"),
+                                                           gradient_as_bucket_view=True), B),
+        "kvstore": (lambda ps: gluon.Trainer(ps, optimizer("sgd"), kvstore="horovod"),
+                    hvd.size() * B),
+        "optimizer": (lambda ps: gluon.Trainer(ps, hvd.DistributedOptimizer(optimizer("sgd")),
+                                               kvstore=None), B)}
+    for kind, (make, batch) in kinds.items():
+        net, ref = pair("unreduced_" + kind.replace(" ", "_"))
+        tr = make(net.collect_params())
+        ref_tr = gluon.Trainer(ref.collect_params(), optimizer("sgd"), kvstore=None)
+        # (allreduce_grads() first?, how the step ends, warnings expected so far)
+        plan = [(True, "update", 0), (False, "update", 1), (False, "update", 1),
+                (False, "step", 1)]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for s, (reduce_first, how, expect) in enumerate(plan):
+                forward_backward(net, loss_fn, shard(x, B)[s], shard(y, B)[s])
+                if reduce_first:
+                    tr.allreduce_grads()
+                getattr(tr, how)(batch)
+                forward_backward(ref, loss_fn, x[s], y[s])
+                ref_tr.step(x.shape[1])
+                assert_close(param_arrays(net), param_arrays(ref), 0.1,
+                             "%s, step %d (%s)" % (kind, s, how))
+                assert_same_on_all_ranks(param_arrays(net), "unreduced_%s_%d" % (kind, s))
+                mine = [w for w in caught if "without allreduce_grads()" in str(w.message)]
+                if kind == "optimizer":  # reduces in update() anyway: nothing to say
+                    expect = 0
+                assert len(mine) == expect, (kind, s, [str(w.message) for w in mine])
+                if mine:
+                    assert mine[0].filename == __file__, mine[0].filename  # the caller's line
+        if kind != "optimizer":
+            assert ("update() was called without allreduce_grads()" in str(mine[0].message)
+                    and ("summed" if kind == "kvstore" else "averaged") in str(mine[0].message)), \
+                str(mine[0].message)
+
+
 SCENARIOS = {f.__name__: f for f in (
     grad_req_add, clip_between_allreduce_and_update, two_trainers_gan, unwrap_and_type_errors,
     insertion_order_and_null, row_sparse_embedding, row_sparse_optimizer_gluon,
@@ -798,7 +845,7 @@ SCENARIOS = {f.__name__: f for f in (
     stale_on_some_ranks, stale_on_some_ranks_optimizer, amp_overflow_on_one_rank,
     different_parameters_on_some_ranks, module_different_parameters_on_some_ranks,
     different_settings_on_some_ranks, optimizer_on_several_contexts_without_kvstore,
-    parameters_moved_to_more_contexts_after_the_trainer)}
+    parameters_moved_to_more_contexts_after_the_trainer, update_without_allreduce_grads)}
 
 
 if __name__ == "__main__":
