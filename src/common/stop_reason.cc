@@ -10,8 +10,12 @@ std::string PeerShutdownReason(const std::vector<int>& ranks) {
   std::string who = ranks.empty() ? ""
                     : ranks.size() == 1 ? "rank " + std::to_string(ranks[0]) + ": "
                                         : "ranks " + RankList(ranks) + ": ";
+  // Said to the operations pending here and to every later call: "while this rank was
+  // waiting" misled the latter (a rank of a process set that the peer was not in).
   return "a peer rank shut down mxhorovod (" + who +
-         "hvd.shutdown() or process exit) while this rank was waiting";
+         "hvd.shutdown() or process exit), which stops it on every rank (as in Horovod): "
+         "every rank must stay until the job's last collective, those of process sets it "
+         "is not in included";
 }
 
 std::string WithPendingNames(const std::string& reason, const std::vector<TensorTableEntry>& entries) {

@@ -33,7 +33,7 @@ for arr, mine in ((a, "allreduce 'waits.a.%d'" % r), (b, "broadcast 'waits.b.%d'
     except MXNetError as e:
         msg = str(e)
         for needle in (mine, "did not run", "a peer rank shut down mxhorovod (rank 1: hvd.shutdown() or process exit)",
-                       "while this rank was waiting",
+                       "which stops it on every rank", "process sets it is not in",
                        "pending on this rank: allreduce 'waits.a.%d', broadcast 'waits.b.%d'" % (r, r)):
             assert needle in msg, "expected %r in: %s" % (needle, msg)
 assert time.time() - t0 < 60
@@ -55,4 +55,5 @@ for call in (lambda: hvd.allreduce(mx.nd.ones(2), name="after"),
         raise AssertionError("a call was accepted after the peer's shutdown stopped this rank")
     except ValueError as e:
         assert "a peer rank shut down mxhorovod (rank 1:" in str(e), str(e)
+        assert "every rank must stay until the job's last collective" in str(e), str(e)
 print("RANK %d OK" % r, flush=True)
