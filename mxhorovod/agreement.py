@@ -47,7 +47,7 @@ from mxhorovod.batch_check import BatchSizeCheck
 from mxhorovod.layout_check import LayoutCheck, check_one_context
 from mxhorovod.mpi_ops import Max, Sum, allreduce
 from mxhorovod.process_sets import global_process_set
-from mxhorovod.unreduced import mark_reduced, needs_reduction
+from mxhorovod.unreduced import mark_reduced, needs_reduction, reduced_before_step, was_reduced
 
 __all__ = ["fresh_counts", "zero_stale_where_fresh_elsewhere", "mixed_freshness",
            "agreed_amp_overflow", "install_trainer_agreement"]
@@ -253,17 +253,25 @@ def install_trainer_agreement():
                         trainer._optimizer._reduction_settings() if wrapped else (),
                         contexts=len(trainer._contexts) if trainer._contexts else None)
 
+    def over_kvstore(trainer):  # kvstore 'horovod', more than one rank
+        return not isinstance(trainer._optimizer, DistributedOptimizer) and \
+            _agreement(trainer, "fresh") is not None
+
     @functools.wraps(original_step)
     def step(self, batch_size, ignore_stale_grad=False):
-        check_layout(self)
-        check_batch_size(self, batch_size)
-        agree = needed(self, ignore_stale_grad)
-        if agree is not None and ignore_stale_grad:
-            zero_stale_where_fresh_elsewhere(self._params, agree[0], agree[1])
-        with amp_context(self, agree):
-            result = original_step(self, batch_size, ignore_stale_grad)
-        mark_reduced(self, False)
-        return result
+        if was_reduced(self) and over_kvstore(self) and \
+                reduced_before_step(self, "Trainer (kvstore 'horovod')"):
+            return update(self, batch_size, ignore_stale_grad)  # summing again: size() x
+        try:
+            check_layout(self)
+            check_batch_size(self, batch_size)
+            agree = needed(self, ignore_stale_grad)
+            if agree is not None and ignore_stale_grad:
+                zero_stale_where_fresh_elsewhere(self._params, agree[0], agree[1])
+            with amp_context(self, agree):
+                return original_step(self, batch_size, ignore_stale_grad)
+        finally:
+            mark_reduced(self, False)  # also when it raised: the next update must reduce
 
     @functools.wraps(original_allreduce_grads)
     def allreduce_grads(self):
@@ -272,12 +280,16 @@ def install_trainer_agreement():
 
     @functools.wraps(original_update)
     def update(self, batch_size, ignore_stale_grad=False):
+        try:
+            return checked_update(self, batch_size, ignore_stale_grad)
+        finally:
+            mark_reduced(self, False)  # also when it raised: the next update must reduce
+
+    def checked_update(self, batch_size, ignore_stale_grad):
         check_layout(self)
         check_batch_size(self, batch_size, "update")
         agree = needed(self, ignore_stale_grad)
-        over_kvstore = not isinstance(self._optimizer, DistributedOptimizer) and \
-            _agreement(self, "fresh") is not None  # kvstore 'horovod', more than one rank
-        if over_kvstore and needs_reduction(self, "Trainer (kvstore 'horovod')", "summed"):
+        if over_kvstore(self) and needs_reduction(self, "Trainer (kvstore 'horovod')", "summed"):
             if ignore_stale_grad:  # as step() does
                 zero_stale_where_fresh_elsewhere(self._params, agree[0], agree[1])
             self.allreduce_grads()
@@ -294,9 +306,7 @@ def install_trainer_agreement():
                         "step(batch_size, ignore_stale_grad=True)"
                         % ", ".join("'%s'" % m for m in mixed))
         with amp_context(self, agree):
-            result = original_update(self, batch_size, ignore_stale_grad)
-        mark_reduced(self, False)
-        return result
+            return original_update(self, batch_size, ignore_stale_grad)
 
     step._mxhorovod_stale = update._mxhorovod_stale = True
     trainer_cls.step, trainer_cls.update = step, update

@@ -24,7 +24,7 @@ from mxhorovod.process_sets import global_process_set
 from mxhorovod.agreement import mixed_freshness, zero_stale_where_fresh_elsewhere
 from mxhorovod.batch_check import BatchSizeCheck
 from mxhorovod.layout_check import LayoutCheck
-from mxhorovod.unreduced import needs_reduction
+from mxhorovod.unreduced import mark_reduced, needs_reduction
 
 __all__ = ["DistributedTrainer"]
 
@@ -220,6 +220,12 @@ class DistributedTrainer(mx.gluon.Trainer):
                 averaged a stale gradient in, and the ranks would update differently (use
                 ``step(..., ignore_stale_grad=True)``, which handles that case).
         """
+        try:
+            self._update_checked(batch_size, ignore_stale_grad)
+        finally:
+            mark_reduced(self, False)  # also when it raised: the next update must reduce
+
+    def _update_checked(self, batch_size, ignore_stale_grad):
         distributed = not _outside(self._process_set) and \
             _ps_size(self._process_set, "DistributedTrainer") > 1
         if distributed and needs_reduction(self, "DistributedTrainer"):

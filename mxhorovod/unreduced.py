@@ -9,8 +9,14 @@ Horovod 0.28.1). Now ``update()`` reduces the gradients itself when ``allreduce_
 has not run since the last ``update()`` / ``step()``, and warns once per trainer: whatever
 was done to the gradients before (clipping) saw this rank's gradient alone.
 
+The other way round, ``allreduce_grads()`` then ``step()`` (again a no-op in one process)
+summed the gradients twice over kvstore 'horovod': ``step()`` there now updates without
+reducing again, and warns once (``DistributedTrainer`` averages, so a second reduction
+changes nothing there and is kept).
+
 The state is one attribute of the trainer (``_mxhorovod_reduced``): set by
-``allreduce_grads()``, cleared by ``update()`` and ``step()`` (which reduces by itself).
+``allreduce_grads()``, cleared by ``update()`` and ``step()`` (which reduces by itself),
+also when they raise (the next backward's gradients must be reduced).
 A ``gluon.Trainer`` with a ``DistributedOptimizer`` needs none of this: its optimizer
 reduces in ``update()``.
 """
@@ -23,6 +29,26 @@ def mark_reduced(trainer, reduced=True):
     """Records that the trainer's gradients were (True) or were not yet (False) reduced
     since its last update."""
     setattr(trainer, _FLAG, reduced)
+
+
+def was_reduced(trainer):
+    """Whether ``allreduce_grads()`` ran since the trainer's last update."""
+    return getattr(trainer, _FLAG, False)
+
+
+def reduced_before_step(trainer, label):
+    """``step()`` right after ``allreduce_grads()`` on a trainer that sums (kvstore
+    'horovod'): in one process the call does nothing, here ``step()`` would sum the summed
+    gradients again (``size()`` times too large). Returns True (the caller then updates
+    without reducing, as ``update()`` does) and warns once per trainer."""
+    if not getattr(trainer, "_mxhorovod_warned_reduced_step", False):
+        trainer._mxhorovod_warned_reduced_step = True
+        warnings.warn(
+            "%s.step() was called after allreduce_grads(): the gradients were summed over "
+            "the ranks already, and step() would sum them again (size() times too large); "
+            "it updates without reducing, as update() does. Call update() after "
+            "allreduce_grads(), or step() alone." % label, UserWarning, stacklevel=3)
+    return True
 
 
 def needs_reduction(trainer, label, how="averaged"):
@@ -40,5 +66,5 @@ def needs_reduction(trainer, label, how="averaged"):
             "the gradients after backward (gradient clipping) saw this rank's gradient "
             "alone: call trainer.allreduce_grads() before it, then update(), as in MXNet's "
             "Trainer documentation; or call step()." % (label, how),
-            UserWarning, stacklevel=3)  # the caller of update()
+            UserWarning, stacklevel=4)  # the caller of update()
     return True

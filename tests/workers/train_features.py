@@ -795,8 +795,11 @@ def update_without_allreduce_grads():
     nothing): the gradients are reduced in update(), once per update (an allreduce_grads()
     before it is not doubled: kvstore 'horovod' sums, so a second reduction would multiply
     by size()), and a UserWarning says so once per trainer, on every rank. (It updated each
-    rank with its own gradient: the ranks drifted apart without a word, as in Horovod.)"""
-    x, y = global_data(4, B, seed=11)
+    rank with its own gradient: the ranks drifted apart without a word, as in Horovod.)
+    allreduce_grads() then step() over kvstore 'horovod' summed twice: step() now updates
+    without reducing again and warns once. An update() that raised (here at its batch-size
+    check) leaves no gradient counted as reduced: the next update() reduces."""
+    x, y = global_data(7, B, seed=11)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     kinds = {
         "trainer": (lambda ps: hvd.DistributedTrainer(ps, optimizer("sgd")), B),
@@ -810,32 +813,44 @@ def update_without_allreduce_grads():
         net, ref = pair("unreduced_" + kind.replace(" ", "_"))
         tr = make(net.collect_params())
         ref_tr = gluon.Trainer(ref.collect_params(), optimizer("sgd"), kvstore=None)
-        # (allreduce_grads() first?, how the step ends, warnings expected so far)
-        plan = [(True, "update", 0), (False, "update", 1), (False, "update", 1),
-                (False, "step", 1)]
+        several = hvd.size() > 1 and kind != "optimizer"  # the optimizer reduces in update()
+        # (allreduce_grads() first?, how the step ends, warnings so far: update() without
+        # allreduce_grads(), step() after it)
+        plan = [(True, "update", 0, 0), (False, "update", 1, 0), (False, "update", 1, 0),
+                (False, "step", 1, 0), (True, "step", 1, 1 if kind == "kvstore" else 0),
+                (True, "fails", 1, 1 if kind == "kvstore" else 0),
+                (False, "update", 1, 1 if kind == "kvstore" else 0)]
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            for s, (reduce_first, how, expect) in enumerate(plan):
+            for s, (reduce_first, how, unreduced, reduced_step) in enumerate(plan):
                 forward_backward(net, loss_fn, shard(x, B)[s], shard(y, B)[s])
                 if reduce_first:
                     tr.allreduce_grads()
-                getattr(tr, how)(batch)
-                forward_backward(ref, loss_fn, x[s], y[s])
-                ref_tr.step(x.shape[1])
+                if how == "fails":
+                    try:
+                        tr.update(None)
+                        raise AssertionError("update(None) did not raise")
+                    except TypeError:
+                        pass
+                else:
+                    getattr(tr, how)(batch)
+                    forward_backward(ref, loss_fn, x[s], y[s])
+                    ref_tr.step(x.shape[1])
                 assert_close(param_arrays(net), param_arrays(ref), 0.1,
                              "%s, step %d (%s)" % (kind, s, how))
                 assert_same_on_all_ranks(param_arrays(net), "unreduced_%s_%d" % (kind, s))
                 mine = [w for w in caught if "without allreduce_grads()" in str(w.message)]
-                if kind == "optimizer":  # reduces in update() anyway: nothing to say
-                    expect = 0
-                assert len(mine) == expect, (kind, s, [str(w.message) for w in mine])
-                if mine:
-                    assert mine[0].filename == __file__, mine[0].filename  # the caller's line
-        if kind != "optimizer":
+                again = [w for w in caught if "after allreduce_grads()" in str(w.message)]
+                if not several:
+                    unreduced = reduced_step = 0
+                assert (len(mine), len(again)) == (unreduced, reduced_step), \
+                    (kind, s, [str(w.message) for w in caught])
+                for w in mine[:1] + again[:1]:
+                    assert w.filename == __file__, (str(w.message), w.filename)  # the caller's line
+        if several:
             assert ("update() was called without allreduce_grads()" in str(mine[0].message)
                     and ("summed" if kind == "kvstore" else "averaged") in str(mine[0].message)), \
                 str(mine[0].message)
-
 
 SCENARIOS = {f.__name__: f for f in (
     grad_req_add, clip_between_allreduce_and_update, two_trainers_gan, unwrap_and_type_errors,
