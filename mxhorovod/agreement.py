@@ -24,7 +24,7 @@ rank (one int32 allreduce, Max, per step): all skip, or none. (``DistributedTrai
 kvstore 'horovod' reduce first, so an inf reaches every rank's check by itself.)
 
 Batch sizes (:mod:`mxhorovod.batch_check`): every step of such a Trainer also submits one
-32-byte allreduce of its ``batch_size``, read at its step after next: ranks that passed
+64-byte allreduce of its ``batch_size``, read at its step after next: ranks that passed
 different sizes are warned once (their updates differed).
 
 ``update()`` without ``allreduce_grads()`` since the last update reduces the gradients
@@ -230,7 +230,7 @@ def install_trainer_agreement():
             check = vars(trainer).get("_mxhorovod_batch_check")
             if check is None:
                 check = trainer._mxhorovod_batch_check = BatchSizeCheck("Trainer")
-            check.submit(batch_size, target[0], target[1], method)
+            check.submit(batch_size, target[0], target[1], method, trainer._optimizer)
 
     def check_layout(trainer):
         # Ranks reducing different parameters wait for each other forever: an error on

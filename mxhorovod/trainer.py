@@ -196,7 +196,8 @@ class DistributedTrainer(mx.gluon.Trainer):
 
         Every rank must pass the same ``batch_size`` (each divides the averaged gradient by
         its own): ranks that passed different sizes are warned two steps later, once
-        (``UserWarning``; :mod:`mxhorovod.batch_check`, one 32-byte allreduce per step).
+        (``UserWarning``; :mod:`mxhorovod.batch_check`, one 64-byte allreduce per step; so are
+        ranks stepping with different learning rates or weight decays).
         """
         self._check_batch_size(batch_size)
         self._agree_on_fresh = bool(ignore_stale_grad)
@@ -251,13 +252,14 @@ class DistributedTrainer(mx.gluon.Trainer):
 
     def _check_batch_size(self, batch_size, method="step"):
         # Ranks passing different batch sizes update differently: warned two steps later
-        # (mxhorovod.batch_check; one 32-byte allreduce per step, never waited for).
+        # (mxhorovod.batch_check; one 64-byte allreduce per step, never waited for), and so
+        # do different learning rates or weight decays.
         if _outside(self._process_set) or _ps_size(self._process_set, "DistributedTrainer") == 1:
             return
         if self._prefix is None:
             self._auto_prefix()
         self._batch_check.submit(batch_size, self._prefix + "batch_size", self._process_set,
-                                 method)
+                                 method, self._optimizer)
 
     def _allreduce_grads(self):
         if _outside(self._process_set):

@@ -20,7 +20,7 @@ also when they raise (the next backward's gradients must be reduced).
 A ``gluon.Trainer`` with a ``DistributedOptimizer`` needs none of this: its optimizer
 reduces in ``update()``.
 """
-import warnings
+from mxhorovod.user_warning import warn_user
 
 _FLAG = "_mxhorovod_reduced"
 
@@ -43,11 +43,11 @@ def reduced_before_step(trainer, label):
     without reducing, as ``update()`` does) and warns once per trainer."""
     if not getattr(trainer, "_mxhorovod_warned_reduced_step", False):
         trainer._mxhorovod_warned_reduced_step = True
-        warnings.warn(
+        warn_user(
             "%s.step() was called after allreduce_grads(): the gradients were summed over "
             "the ranks already, and step() would sum them again (size() times too large); "
             "it updates without reducing, as update() does. Call update() after "
-            "allreduce_grads(), or step() alone." % label, UserWarning, stacklevel=3)
+            "allreduce_grads(), or step() alone." % label)
     return True
 
 
@@ -59,12 +59,11 @@ def needs_reduction(trainer, label, how="averaged"):
         return False
     if not getattr(trainer, "_mxhorovod_warned_unreduced", False):
         trainer._mxhorovod_warned_unreduced = True
-        warnings.warn(
+        warn_user(
             "%s.update() was called without allreduce_grads() since the last update: the "
             "gradients are %s over the ranks here, in update() (updating each rank with "
             "its own gradient would drift the ranks' weights apart). Whatever was done to "
             "the gradients after backward (gradient clipping) saw this rank's gradient "
             "alone: call trainer.allreduce_grads() before it, then update(), as in MXNet's "
-            "Trainer documentation; or call step()." % (label, how),
-            UserWarning, stacklevel=4)  # the caller of update()
+            "Trainer documentation; or call step()." % (label, how))
     return True

@@ -3,7 +3,10 @@ two steps later (a step's check is read at the step after next), on every rank
 (mxhorovod.batch_check); equal sizes never warn.
 Also: a trainer in a process set that leaves out the last rank, with bucket views, and
 the allreduce_grads() + update() path; NaN sizes (on one rank: warned; on every rank: not);
-a mismatch in the last step, warned at hvd.shutdown(). Prints RANK <r> OK."""
+a mismatch in the last step, warned at hvd.shutdown(). Learning rates or weight decays that
+differ between the ranks (set_learning_rate on one rank, an optimizer made differently,
+also wrapped in a DistributedOptimizer) are warned the same way; a scheduler that changes
+the rate alike on every rank is not. Prints RANK <r> OK."""
 import time
 import warnings
 
@@ -37,13 +40,17 @@ def run(trainer, net, sizes, split=False):
                 trainer.update(b)
             else:
                 trainer.step(b)
-        got.append([str(w.message) for w in caught if "batch sizes" in str(w.message)])
+        mine = [w for w in caught if "weights now differ" in str(w.message)]
+        for w in mine:
+            assert w.filename == __file__, (w.filename, str(w.message))  # the script's line
+        got.append([str(w.message) for w in mine])
     return got
 
 
-def trainer_for(prefix, **kw):
+def trainer_for(prefix, optimizer_params=None, **kw):
     net = mlp(prefix)
-    trainer = hvd.DistributedTrainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, **kw)
+    trainer = hvd.DistributedTrainer(net.collect_params(), "sgd",
+                                     optimizer_params or {"learning_rate": 0.1}, **kw)
     hvd.broadcast_parameters(net.collect_params(), root_rank=0)
     return trainer, net
 
@@ -93,6 +100,34 @@ assert run(trainer, net, [float("nan"), float("nan"), 4, 4]) == [[]] * 4, r
 trainer, net = trainer_for("change_")
 assert run(trainer, net, [4, 3, 3, 4, 4, 3, 4]) == [[]] * 7, r
 
+# set_learning_rate on rank 0 only before step 2: warned at step 4, naming both rates.
+trainer, net = trainer_for("lr_")
+got = []
+for s, lr in enumerate([0.1, 0.05 if r == 0 else 0.1, None, None, None]):
+    if lr is not None:
+        trainer.set_learning_rate(lr)
+    got += run(trainer, net, [4])
+assert [len(g) for g in got] == [0, 0, 0, 1, 0], (r, got)
+assert "at step 2" in got[3][0] and "different learning rates" in got[3][0] and \
+    "from 0.05 to 0.1" in got[3][0] and "batch sizes" not in got[3][0], got[3][0]
+
+# A weight decay made differently on the last rank, in a DistributedOptimizer: step 1's
+# check, read at step 3; with a batch size that also differs, one warning says both.
+net = mlp("wd_")
+opt = mx.optimizer.SGD(learning_rate=0.1, wd=1e-4 * (2 if r == n - 1 else 1))
+trainer = gluon.Trainer(net.collect_params(), hvd.DistributedOptimizer(opt))
+hvd.broadcast_parameters(net.collect_params(), root_rank=0)
+got = run(trainer, net, [4 - (r == n - 1), 4, 4])
+assert [len(g) for g in got] == [0, 0, 1], (r, got)
+assert "at step 1" in got[2][0] and "different weight decays" in got[2][0] and \
+    "from 0.0001 to 0.0002" in got[2][0] and "batch sizes" in got[2][0], got[2][0]
+
+# A scheduler that lowers the rate alike on every rank (every 2 updates): no warning.
+sched = mx.lr_scheduler.FactorScheduler(step=2, factor=0.5, base_lr=0.1)
+trainer, net = trainer_for("sched_", {"learning_rate": 0.1, "lr_scheduler": sched})
+assert run(trainer, net, [4] * 7) == [[]] * 7, r
+assert trainer.learning_rate < 0.1  # the schedule ran
+
 # The last step differs: read and warned at shutdown(), once this rank's collectives ran
 # (with the step before it still unread too).
 trainer, net = trainer_for("last_")
@@ -103,6 +138,6 @@ if r == n - 1:  # the others' shutdown stops mxhorovod here first: still read an
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     hvd.shutdown()
-last = [str(w.message) for w in caught if "batch sizes" in str(w.message)]
+last = [str(w.message) for w in caught if "weights now differ" in str(w.message)]
 assert len(last) == 1 and "at step 3" in last[0] and "from 3 to 4" in last[0], (r, last)
 print("RANK %d OK" % r, flush=True)
