@@ -10,14 +10,14 @@
 namespace mxhorovod {
 namespace {
 
-// The writer writes and flushes as soon as events arrive, then waits at least kMinGap
-// before the next write (at most ~200 writes a second while operations run, one wake of
-// the writer per batch), so a process killed without warning loses the last few
-// milliseconds of events: MPICH's mpirun ends the other ranks with SIGTERM and SIGKILL
-// right after a rank's MPI_Abort, within the 200 ms that the writer used to wait between
-// flushes, and a rank 0 killed that way left an empty timeline, the operations before the
-// failure lost (Horovod writes every event at once). kIdleWait bounds a wait with nothing
-// to write (Stop wakes the writer anyway).
+// The writer writes and flushes as soon as events arrive, at most once per kMinGap (at
+// most ~200 writes a second while operations run, one wake of the writer per batch), so a
+// process killed without warning loses the last few milliseconds of events: MPICH's
+// mpirun ends the other ranks with SIGTERM and SIGKILL right after a rank's MPI_Abort,
+// within the 200 ms that the writer used to wait between flushes, and a rank 0 killed
+// that way left an empty timeline, the operations before the failure lost (Horovod writes
+// every event at once). kIdleWait bounds a wait with nothing to write (Stop wakes the
+// writer anyway).
 constexpr auto kMinGap = std::chrono::milliseconds(5);
 constexpr auto kIdleWait = std::chrono::milliseconds(200);
 
@@ -220,13 +220,15 @@ void Timeline::WriterLoop() {
   // that "mxhorovod-bg" is the communication alone (README, "Which thread is ours").
   pthread_setname_np(pthread_self(), "mxhorovod-tl");
   std::vector<Event> batch;
+  auto last_write = std::chrono::steady_clock::now() - kMinGap;
   while (true) {
     bool stopping;
     {
       std::unique_lock<std::mutex> lk(mu_);
       cv_.wait_for(lk, kIdleWait, [&] { return stop_ || !pending_.empty(); });
-      // A short wait after the first event gathers the ones that follow into one write.
-      cv_.wait_for(lk, kMinGap, [&] { return stop_; });
+      // At once after a quiet spell; within kMinGap of the last write, the events that
+      // follow are gathered into one write.
+      cv_.wait_until(lk, last_write + kMinGap, [&] { return stop_; });
       batch.swap(pending_);
       stopping = stop_;
     }
@@ -234,6 +236,7 @@ void Timeline::WriterLoop() {
     std::fflush(file_);
     written_.fetch_add(batch.size());
     batch.clear();
+    last_write = std::chrono::steady_clock::now();
     if (stopping) return;
   }
 }
