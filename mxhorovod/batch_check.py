@@ -20,7 +20,9 @@ for it behind everything queued (the step's backward: 0.1-170 ms). It is made wh
 values change only. The learning rate is the optimizer's ``lr``, or with an
 ``lr_scheduler`` its ``base_lr`` (a scheduler is never called here: a user's may count
 its calls). The last two steps' are read at ``hvd.shutdown()`` or at exit, once this
-rank's collectives have run. A mismatch warns once per trainer, on every rank, naming the
+rank's collectives have run; those of a trainer that was freed (a new trainer made over the
+same parameters for a second phase of training) are kept and read two steps of another
+trainer later, or at shutdown. A mismatch warns once per trainer, on every rank, naming the
 step, this rank's value and the range over the ranks (NaN on every rank is no mismatch:
 the weights are NaN alike).
 """
@@ -39,6 +41,10 @@ from mxhorovod.user_warning import warn_user
 # may still be waiting for backward, and reading it would stop Python from running ahead).
 _LAG = 2
 _live = weakref.WeakSet()  # the checks of this process, for check_last_steps
+# The pending checks of freed trainers, each with the steps of other trainers since: a
+# trainer replaced by another lost the warning of its last steps (helper review, a second
+# phase of training with a new DistributedTrainer: the ranks' weights differed silently).
+_orphans = []  # [_Checks, steps since it was freed]
 
 
 def _finite_pair(value):
@@ -62,38 +68,18 @@ def _lr_and_wd(optimizer):
     return lr, getattr(opt, "wd", None)
 
 
-class BatchSizeCheck(object):
-    """One per trainer: ``submit(batch_size, name, process_set, method, optimizer)`` at every
-    ``step`` or ``update`` (``method``, for the warning), on every rank of the set alike.
-    ``label``: the trainer's class, for the warning."""
+class _Checks(object):
+    """The submitted, unread checks of one trainer and whether it has warned: what outlives
+    the trainer (kept apart from BatchSizeCheck so that freeing it can hand them on)."""
 
-    def __init__(self, label="DistributedTrainer"):
-        self._label = label
-        self._pending = collections.deque()  # (result NDArray, size, lr, wd, step, method)
-        self._mine = (None, None)  # (its values, the NDArray): reused while they are the same
-        self._steps = 0
-        self._warned = False
-        _live.add(self)
+    def __init__(self, label):
+        self.label = label
+        self.pending = collections.deque()  # (result NDArray, size, lr, wd, step, method)
+        self.warned = False
 
-    def submit(self, batch_size, name, process_set, method="step", optimizer=None):
-        self._steps += 1
-        if len(self._pending) >= _LAG:
-            self._check_oldest()
-        if self._warned:
-            return  # warned once: no more collectives for it
-        size = float(batch_size)
-        lr, wd = _lr_and_wd(optimizer)
-        values = ((-math.inf, -math.inf, 1.0, 0.0) if math.isnan(size) else (size, -size, 0.0, 1.0)) \
-            + _finite_pair(lr) + _finite_pair(wd)
-        if values != self._mine[0]:
-            self._mine = (values, mx.nd.from_numpy(np.array(values, dtype=np.float64),
-                                                   zero_copy=True))
-        result = allreduce(self._mine[1], op=Max, name=name, process_set=process_set)
-        self._pending.append((result, size, lr, wd, self._steps, method))
-
-    def _check_oldest(self):
-        result, size, lr, wd, step, method = self._pending.popleft()
-        if self._warned:
+    def check_oldest(self):
+        result, size, lr, wd, step, method = self.pending.popleft()
+        if self.warned:
             return
         got = result.asnumpy().tolist()
         largest, smallest, any_nan, any_finite = got[0], -got[1], got[2], got[3]
@@ -112,18 +98,73 @@ class BatchSizeCheck(object):
                              "an lr_scheduler on some ranks only?)"
                              % (what, rank(), mine, -negated_low, high))
         if found:
-            self._warned = True
+            self.warned = True
             warn_user("%s.%s(batch_size): at step %d the ranks %s. Their weights now differ."
-                      % (self._label, method, step, "; and ".join(found)))
+                      % (self.label, method, step, "; and ".join(found)))
+
+    def read_all(self):
+        while self.pending:
+            self.check_oldest()
+
+
+def _keep_unread(checks):
+    # weakref.finalize of a BatchSizeCheck: never reads here (a collector's pass must not
+    # wait for MXNet's engine); the next trainers' steps or shutdown read them.
+    if checks.pending and not checks.warned:
+        _orphans.append([checks, 0])
+
+
+def _read_orphans(all_of_them=False):
+    """Reads the freed trainers' checks that are _LAG steps of another trainer old (all of
+    them at shutdown)."""
+    for entry in list(_orphans):
+        entry[1] += 0 if all_of_them else 1
+        if all_of_them or entry[1] >= _LAG:
+            _orphans.remove(entry)
+            entry[0].read_all()
+
+
+class BatchSizeCheck(object):
+    """One per trainer: ``submit(batch_size, name, process_set, method, optimizer)`` at every
+    ``step`` or ``update`` (``method``, for the warning), on every rank of the set alike.
+    ``label``: the trainer's class, for the warning."""
+
+    def __init__(self, label="DistributedTrainer"):
+        self._checks = _Checks(label)
+        self._mine = (None, None)  # (its values, the NDArray): reused while they are the same
+        self._steps = 0
+        _live.add(self)
+        weakref.finalize(self, _keep_unread, self._checks).atexit = False
+
+    def submit(self, batch_size, name, process_set, method="step", optimizer=None):
+        self._steps += 1
+        if _orphans:
+            _read_orphans()
+        checks = self._checks
+        if len(checks.pending) >= _LAG:
+            checks.check_oldest()
+        if checks.warned:
+            return  # warned once: no more collectives for it
+        size = float(batch_size)
+        lr, wd = _lr_and_wd(optimizer)
+        values = ((-math.inf, -math.inf, 1.0, 0.0) if math.isnan(size) else (size, -size, 0.0, 1.0)) \
+            + _finite_pair(lr) + _finite_pair(wd)
+        if values != self._mine[0]:
+            self._mine = (values, mx.nd.from_numpy(np.array(values, dtype=np.float64),
+                                                   zero_copy=True))
+        result = allreduce(self._mine[1], op=Max, name=name, process_set=process_set)
+        checks.pending.append((result, size, lr, wd, self._steps, method))
 
 
 def check_last_steps():
-    """Reads the last two steps' checks of every trainer of this process (``hvd.shutdown()``
-    and the exit call it after this rank's collectives have run), and forgets them. Never
-    raises: a job that is stopping with an error says so elsewhere."""
-    for check in list(_live):
+    """Reads the last two steps' checks of every trainer of this process, and those of the
+    freed trainers (``hvd.shutdown()`` and the exit call it after this rank's collectives
+    have run), and forgets them. Never raises: a job that is stopping with an error says so
+    elsewhere."""
+    every = [c._checks for c in list(_live)] + [entry[0] for entry in _orphans]
+    del _orphans[:]
+    for checks in every:
         try:
-            while check._pending:
-                check._check_oldest()
+            checks.read_all()
         except Exception:  # noqa: BLE001 - the collective failed with the job
-            check._pending.clear()  # a later init() must not read this job's results
+            checks.pending.clear()  # a later init() must not read this job's results

@@ -3,10 +3,13 @@ two steps later (a step's check is read at the step after next), on every rank
 (mxhorovod.batch_check); equal sizes never warn.
 Also: a trainer in a process set that leaves out the last rank, with bucket views, and
 the allreduce_grads() + update() path; NaN sizes (on one rank: warned; on every rank: not);
-a mismatch in the last step, warned at hvd.shutdown(). Learning rates or weight decays that
+a mismatch in the last step, warned at hvd.shutdown(), also when that trainer was freed
+before; a trainer freed after a mismatch in its last step (a second phase of training with a
+new trainer) is warned two steps of the next trainer later. Learning rates or weight decays that
 differ between the ranks (set_learning_rate on one rank, an optimizer made differently,
 also wrapped in a DistributedOptimizer) are warned the same way; a scheduler that changes
 the rate alike on every rank is not. Prints RANK <r> OK."""
+import gc
 import time
 import warnings
 
@@ -128,10 +131,26 @@ trainer, net = trainer_for("sched_", {"learning_rate": 0.1, "lr_scheduler": sche
 assert run(trainer, net, [4] * 7) == [[]] * 7, r
 assert trainer.learning_rate < 0.1  # the schedule ran
 
+# Two phases of training, each with its own trainer bound to one variable: the first
+# phase's last step differs. Its check outlives the freed trainer and is read two steps of
+# the next one later (it was dropped with the trainer: no warning, the weights differed).
+trainer, net = trainer_for("phase1_")
+assert run(trainer, net, [4, 4, 4 - (r == 1)]) == [[], [], []], r
+trainer = hvd.DistributedTrainer(net.collect_params(), "sgd", {"learning_rate": 0.01})
+gc.collect()  # the first trainer is gone (with or without a reference cycle)
+got = run(trainer, net, [4, 4, 4])
+assert [len(g) for g in got] == [0, 1, 0], (r, got)
+assert "DistributedTrainer.step(batch_size): at step 3" in got[1][0] and "from 3 to 4" in \
+    got[1][0], got[1][0]
+
 # The last step differs: read and warned at shutdown(), once this rank's collectives ran
-# (with the step before it still unread too).
+# (with the step before it still unread too); also for a trainer freed before shutdown.
 trainer, net = trainer_for("last_")
 assert run(trainer, net, [4, 4, 4 - (r == 1)]) == [[], [], []], r
+freed, freed_net = trainer_for("freed_")
+assert run(freed, freed_net, [4, 4, 4 - (r == 0)]) == [[], [], []], r
+del freed, freed_net
+gc.collect()
 hvd.allreduce(mx.nd.ones((1,)), name="done").wait_to_read()
 if r == n - 1:  # the others' shutdown stops mxhorovod here first: still read and warned
     time.sleep(1.0)
@@ -139,5 +158,5 @@ with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     hvd.shutdown()
 last = [str(w.message) for w in caught if "weights now differ" in str(w.message)]
-assert len(last) == 1 and "at step 3" in last[0] and "from 3 to 4" in last[0], (r, last)
+assert len(last) == 2 and all("at step 3" in w and "from 3 to 4" in w for w in last), (r, last)
 print("RANK %d OK" % r, flush=True)
