@@ -297,8 +297,10 @@ void BackgroundLoop(StartArgs args) {
   std::string reason;
   bool stop = false;
   int unanswered_cycles = 0;  // cycles in a row that answered none of our pending work
+  int idle_cycles = 0;        // cycles in a row with nothing queued here and nothing answered
   const std::chrono::duration<double, std::milli> kRetryWait(0.05);
   const std::chrono::duration<double, std::milli> kIdleWait(20.0);
+  const int kIdleDoublings = 4;  // an idle rank's wait doubles up to 16 x kIdleWait (320 ms)
   while (!stop) {
     auto start = std::chrono::steady_clock::now();
     // The global set first (it carries shutdown and the add/remove of sets), then the
@@ -347,7 +349,20 @@ void BackgroundLoop(StartArgs args) {
       for (auto& set : sets) pending = pending || !set->queue.Empty();
       const bool idle = !pending && sets.size() == 1;
       unanswered_cycles = pending && result.responses.empty() ? unanswered_cycles + 1 : 0;
-      auto wait = idle ? std::max<std::chrono::duration<double, std::milli>>(cycle, kIdleWait) : cycle;
+      // An idle spell's wait doubles each idle cycle from kIdleWait (20, 40, ... 320 ms):
+      // each negotiation of two idle ranks cost ~100 us of CPU, 50 a second (0.005 CPU s/s,
+      // idle_cpu.py). Nothing is slower for it: new work here wakes this thread at once, a
+      // peer's work waits for this rank's own (data-parallel ranks submit alike), and what
+      // an idle rank must hear without work of its own (a peer's shutdown, the stall
+      // inspector's report on the coordinator) arrives within the wait, far below
+      // HOROVOD_STALL_CHECK_TIME_SECONDS. Ranks idle alike count alike, so their waits stay
+      // in step (a rank ahead would poll inside the negotiation for the whole gap). Not
+      // while the autotuner measures cycles.
+      idle_cycles = idle && result.responses.empty() && !(tuner && tuner->active())
+                        ? idle_cycles + 1 : 0;
+      const auto idle_wait =
+          kIdleWait * double(1 << std::min(std::max(idle_cycles - 1, 0), kIdleDoublings));
+      auto wait = idle ? std::max<std::chrono::duration<double, std::milli>>(cycle, idle_wait) : cycle;
       if (pending) {
         wait = unanswered_cycles <= 1
                    ? std::chrono::duration<double, std::milli>(0)

@@ -39,7 +39,7 @@ static_assert(std::atomic<uint32_t>::is_always_lock_free, "the doorbell needs lo
 constexpr size_t kBellBytes = 4096;
 constexpr int kWakeSpins = 8;  // test + yield rounds after being rung, before sleeping again
 // Sleep cap of a kSmall wait for a late peer (SetPeerLate) until the first ring: the late
-// peer's background thread rings when it joins (an idle one cycles every 20 ms).
+// peer's background thread rings when it joins (an idle one cycles every 20-320 ms).
 constexpr long kLatePeerSleepUs = 20000;
 constexpr int kRingBacks = 2;  // rings after a test that follows a wake (a handshake's next
                                // step); more would let two ranks waiting for a third wake
