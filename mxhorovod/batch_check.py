@@ -114,12 +114,12 @@ def _keep_unread(checks):
         _orphans.append([checks, 0])
 
 
-def _read_orphans(all_of_them=False):
-    """Reads the freed trainers' checks that are _LAG steps of another trainer old (all of
-    them at shutdown)."""
+def _read_orphans():
+    """Counts a step of some trainer for each freed trainer's checks, and reads those that
+    are _LAG such steps old (check_last_steps reads the rest)."""
     for entry in list(_orphans):
-        entry[1] += 0 if all_of_them else 1
-        if all_of_them or entry[1] >= _LAG:
+        entry[1] += 1
+        if entry[1] >= _LAG:
             _orphans.remove(entry)
             entry[0].read_all()
 

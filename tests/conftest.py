@@ -25,9 +25,9 @@ def _shm_in_use():
         if not pid.isdigit():
             continue
         try:
-            with open("/proc/%s/maps" % pid) as f:
-                used.update(line.split(None, 5)[5].strip() for line in f
-                            if "/dev/shm/" in line and len(line.split(None, 5)) == 6)
+            with open("/proc/%s/maps" % pid) as f:  # the path: from "/dev/shm/" to the end
+                used.update(line[line.index("/dev/shm/"):].rstrip("\n") for line in f
+                            if "/dev/shm/" in line)
             fds = "/proc/%s/fd" % pid
             used.update(os.readlink(os.path.join(fds, fd)) for fd in os.listdir(fds))
         except OSError:  # gone, or not ours to read
@@ -44,9 +44,8 @@ def remove_leftover_mpich_shm():
     before = set(glob.glob("/dev/shm/mpich_shm_*"))
     yield
     new = set(glob.glob("/dev/shm/mpich_shm_*")) - before
-    if new:
-        for path in new - _shm_in_use():
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+    for path in (new - _shm_in_use()) if new else ():
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
