@@ -5,6 +5,18 @@
     ...
     mpirun -np 4 python train.py
 """
+# --- load the user's libmxnet and libmpi first: the extension names them by SONAME only
+# (mxhorovod/binding.py); then the extension itself, with an error that says what to do ---
+from mxhorovod import binding as _binding
+_binding.prepare()
+try:
+    from mxhorovod import _core  # noqa: F401
+except ImportError as _e:
+    raise ImportError("mxhorovod's extension (mxhorovod._core) failed to load: %s. Check the "
+                      "install with `mxhorovodrun --check-build`; rebuild with "
+                      "`pip install --force-reinstall --no-cache-dir mxhorovod` (or your "
+                      "wheel or checkout)." % _e) from _e
+
 from mxhorovod.basics import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built,
                               gloo_built, gloo_enabled, init, is_homogeneous, is_initialized,
                               local_rank, local_size, mpi_built, mpi_enabled,
