@@ -22,7 +22,8 @@ import subprocess
 import sys
 import sysconfig
 
-from setuptools import find_packages, setup
+from setuptools import Extension, find_packages, setup
+from setuptools.command.build_ext import build_ext as _setuptools_build_ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MPI_SONAME = "libmpi.so.12"
@@ -158,63 +159,63 @@ def check_compiler():
 
 
 def build_tools():
-    """pybind11's build helpers, or a clear error when a --no-build-isolation build lacks
-    them."""
+    """pybind11 and its parallel compile, or a clear error when a --no-build-isolation build
+    lacks them."""
     try:
-        from pybind11.setup_helpers import ParallelCompile, Pybind11Extension, build_ext
+        import pybind11
+        from pybind11.setup_helpers import ParallelCompile
     except ImportError as e:
         fail("the build tools are missing (%s). pip installs them itself with its defaults "
              "(build isolation); with --no-build-isolation, install them first:\n    %s"
              % (e, BUILD_TOOLS))
-    return ParallelCompile, Pybind11Extension, build_ext
+    return pybind11, ParallelCompile
 
 
-def extension_and_command():
-    ParallelCompile, Pybind11Extension, pybind_build_ext = build_tools()
-    check_compiler()
-    mx_inc, mx_lib, mx_version = find_mxnet()
-    mpi_inc, mpi_libdir, _ = find_mpi()
-    # The sources compile in parallel: MXHOROVOD_BUILD_JOBS jobs (default: every core).
-    ParallelCompile("MXHOROVOD_BUILD_JOBS", default=0).install()
-    sources = sorted(glob.glob("src/common/*.cc") + glob.glob("src/ops/*.cc") +
-                     glob.glob("src/mxnet/*.cc") + glob.glob("src/python/*.cc"))
+class build_ext(_setuptools_build_ext):
+    """Finds and checks the compiler, MXNet's headers and MPI when the extension is built,
+    not before: metadata and the sdist need none of them. Links with no RPATH/RUNPATH: the
+    Python's own link flags (a pyenv or conda Python adds -Wl,-rpath,<its lib>) would bake
+    in a path of the build machine."""
 
-    class build_ext(pybind_build_ext):
-        """Links with no RPATH/RUNPATH: the Python's own link flags (a pyenv or conda
-        Python adds -Wl,-rpath,<its lib>) would bake in a path of the build machine."""
+    def build_extensions(self):
+        pybind11, ParallelCompile = build_tools()
+        check_compiler()
+        mx_inc, mx_lib, mx_version = find_mxnet()
+        mpi_inc, mpi_libdir, _ = find_mpi()
+        # The sources compile in parallel: MXHOROVOD_BUILD_JOBS jobs (default: every core).
+        ParallelCompile("MXHOROVOD_BUILD_JOBS", default=0).install()
+        for ext in self.extensions:
+            ext.include_dirs += [pybind11.get_include(), mx_inc] + mpi_inc
+            ext.library_dirs += [mpi_libdir]
+            # libmxnet.so, linked by path, is NEEDED by its SONAME (libmxnet.so); no rpath:
+            # the import of mxnet loads it first (mxhorovod/binding.py), and so for libmpi.
+            ext.extra_link_args += [mx_lib]
+            # shown by `mxhorovodrun --check-build` (mxhorovod._core.MXNET_VERSION)
+            ext.define_macros += [("MXHOROVOD_MXNET_VERSION", '"%s"' % mx_version)]
+        self.compiler.linker_so = [a for a in self.compiler.linker_so
+                                   if not a.startswith(("-Wl,-rpath", "-Wl,-R"))]
+        super().build_extensions()
 
-        def build_extensions(self):
-            self.compiler.linker_so = [a for a in self.compiler.linker_so
-                                       if not a.startswith(("-Wl,-rpath", "-Wl,-R"))]
-            super().build_extensions()
 
-    ext = Pybind11Extension(
-        "mxhorovod._core",
-        sources,
-        include_dirs=["include", "src", mx_inc] + mpi_inc,
-        library_dirs=[mpi_libdir],
-        libraries=["mpi"],
-        # libmxnet.so, linked by path, is NEEDED by its SONAME (libmxnet.so); no rpath: the
-        # import of mxnet loads it first (mxhorovod/binding.py), and so for libmpi.so.12.
-        extra_link_args=[mx_lib],
-        # libmxnet.so in every 1.9.x wheel uses the pre-C++11 std::string ABI; the inline code
-        # we use from its headers (dmlc::Error) must match it.
-        define_macros=[("_GLIBCXX_USE_CXX11_ABI", "0"), ("DMLC_USE_CXX11", "1"),
-                       # shown by `mxhorovodrun --check-build` (mxhorovod._core.MXNET_VERSION)
-                       ("MXHOROVOD_MXNET_VERSION", '"%s"' % mx_version)],
-        extra_compile_args=["-O3", "-Wall", "-Wno-unused-function"],
-        cxx_std=17,
-    )
-    return ext, build_ext
-
+EXTENSION = Extension(
+    "mxhorovod._core",
+    sorted(glob.glob("src/common/*.cc") + glob.glob("src/ops/*.cc") +
+           glob.glob("src/mxnet/*.cc") + glob.glob("src/python/*.cc")),
+    include_dirs=["include", "src"],
+    libraries=["mpi"],
+    # libmxnet.so in every 1.9.x wheel uses the pre-C++11 std::string ABI; the inline code we
+    # use from its headers (dmlc::Error) must match it.
+    define_macros=[("_GLIBCXX_USE_CXX11_ABI", "0"), ("DMLC_USE_CXX11", "1")],
+    extra_compile_args=["-std=c++17", "-O3", "-fvisibility=hidden", "-Wall",
+                        "-Wno-unused-function"],
+    language="c++",
+)
 
 # Name, version, dependencies and the mxhorovodrun console script: pyproject.toml. The
 # launcher is a package of its own (mxhorovodrun, standard library only), so that starting a
 # job does not import mxhorovod and MXNet.
-if __name__ == "__main__":
-    _ext, _build_ext = extension_and_command()
-    setup(
-        packages=find_packages(include=["mxhorovod", "mxhorovod.*", "mxhorovodrun"]),
-        ext_modules=[_ext],
-        cmdclass={"build_ext": _build_ext},
-    )
+setup(
+    packages=find_packages(include=["mxhorovod", "mxhorovod.*", "mxhorovodrun"]),
+    ext_modules=[EXTENSION],
+    cmdclass={"build_ext": build_ext},
+)

@@ -22,7 +22,11 @@ import re
 
 from mxhorovod import elf
 
-__all__ = ["prepare", "loaded_library", "REQUIRED_MXNET_SYMBOLS", "MPI_SONAME"]
+__all__ = ["prepare", "loaded_library", "LOADED", "REQUIRED_MXNET_SYMBOLS", "MPI_SONAME"]
+
+# What prepare() loaded: {"libmxnet": path, "libmpi": path, "libmpi_from": where it came from}
+# (shown by `mxhorovodrun --check-build`).
+LOADED = {}
 
 MPI_SONAME = "libmpi.so.12"
 
@@ -164,7 +168,7 @@ def find_libmpi(environ=os.environ):
 
 def load_libmpi(environ=os.environ):
     """Load libmpi globally (so that the extension's NEEDED libmpi.so.12 resolves to it);
-    return its path."""
+    return (its path, where it came from)."""
     path, origin = find_libmpi(environ)
     try:
         ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
@@ -178,7 +182,7 @@ def load_libmpi(environ=os.environ):
                 % (e, MPI_SONAME)) from e
         raise ImportError("mxhorovod cannot load the MPI library %s (from %s): %s"
                           % (path, origin, e)) from e
-    return loaded_library(MPI_SONAME) or path
+    return loaded_library(MPI_SONAME) or path, origin
 
 
 def prepare(environ=os.environ):
@@ -192,8 +196,10 @@ def prepare(environ=os.environ):
     """
     mxnet = import_mxnet()
     check_mxnet_version(getattr(mxnet, "__version__", "unknown"))
-    lib = mxnet.base._LIB
-    mxnet_path = loaded_library("libmxnet.so") or lib._name
+    lib = mxnet.base._LIB  # ctypes.CDLL of the libmxnet.so that mxnet loaded
+    mxnet_path = os.path.realpath(lib._name)
     check_c_api(lib, mxnet_path)
     check_cxx_abi(mxnet_path)
-    return mxnet_path, load_libmpi(environ)
+    mpi_path, mpi_from = load_libmpi(environ)
+    LOADED.update(libmxnet=mxnet_path, libmpi=os.path.realpath(mpi_path), libmpi_from=mpi_from)
+    return mxnet_path, LOADED["libmpi"]

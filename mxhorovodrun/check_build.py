@@ -1,5 +1,6 @@
 """``mxhorovodrun --check-build``: horovodrun's report, plus the MXNet this build was made
-against, the one running, and the MPI that mxhorovodrun would launch with."""
+against, the one running, the MPI that mxhorovodrun would launch with, and the paths of the
+libmxnet and libmpi that the extension bound to at import."""
 from mxhorovodrun.mpi import LaunchError, detect, find_mpirun
 
 __all__ = ["check_build_text"]
@@ -24,7 +25,7 @@ def check_build_text(environ=None, verbose=False):
     import mxnet as mx
 
     import mxhorovod
-    from mxhorovod import _core, basics
+    from mxhorovod import _core, basics, binding
 
     built = getattr(_core, "MXNET_VERSION", None)
     try:
@@ -39,6 +40,9 @@ def check_build_text(environ=None, verbose=False):
             built or "unknown (extension built before versions were recorded)", mx.__version__,
             "  <-- MISMATCH: rebuild mxhorovod" if built and built != mx.__version__ else ""),
         _mpi_line(environ),
+        "libmxnet loaded: %s" % binding.LOADED.get("libmxnet", "unknown"),
+        "libmpi loaded: %s (from %s)" % (binding.LOADED.get("libmpi", "unknown"),
+                                         binding.LOADED.get("libmpi_from", "unknown")),
         "",
         "Available Frameworks:",
         "    [ ] TensorFlow",

