@@ -43,4 +43,5 @@ napoleon_use_rtype = False
 
 html_theme = "furo"
 html_title = "mxhorovod"
-html_static_path = []
+html_static_path = ["_static"]
+html_css_files = ["custom.css"]
