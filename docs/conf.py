@@ -27,6 +27,10 @@ extensions = [
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 root_doc = "index"
+# "--flag" must stay two hyphens, not become an en dash.
+smartquotes = False
+# Blocks without a language (the generated usage line) are plain text.
+highlight_language = "none"
 # Not part of the site: development notes kept in the repository.
 exclude_patterns = ["_build", "core_issues.md"]
 

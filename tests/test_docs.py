@@ -87,6 +87,60 @@ def test_api_page_documents_all():
     assert not set(HOROVOD_MXNET_NAMES) - public, sorted(set(HOROVOD_MXNET_NAMES) - public)
 
 
+def test_quickstart_trains_as_one_process(tmp_path):
+    """The getting-started script (shown on the site) on 2 ranks: rank 0's printed losses and
+    saved parameters equal one process trained on the concatenated batches."""
+    from mpirun import run_ranks
+    import mxnet as mx
+    import numpy as np
+    from mxnet import autograd, gluon
+
+    script = os.path.join(ROOT, "examples", "gluon_quickstart.py")
+    saved = str(tmp_path / "net.params")
+    out = run_ranks(2, script, ["--epochs", "2", "--save", saved], timeout=180,
+                    expect_ok=False)
+    assert out.returncode == 0, out.stdout[-6000:]
+    printed = [float(x) for x in re.findall(r"^(?:\[0\] )?epoch \d+: loss (\S+)$", out.stdout, re.M)]
+    assert len(printed) == 2, out.stdout[-6000:]
+
+    spec = importlib.util.spec_from_file_location("gluon_quickstart", script)
+    qs = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    try:
+        spec.loader.exec_module(qs)
+    finally:
+        sys.path.remove(os.path.join(ROOT, "examples"))
+    mx.random.seed(42)
+    data = qs.make_dataset()
+    net = qs.build_net()
+    net.initialize(mx.init.Xavier())
+    trainer = gluon.Trainer(net.collect_params(), "sgd",
+                            {"learning_rate": 0.05 * 2, "momentum": 0.9}, kvstore=None)
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    x, y = data._data
+    n, batch = len(y) // 2, 32
+    losses = []
+    for epoch in range(2):
+        order = np.random.RandomState(epoch).permutation(len(y))  # ShardSampler's, seed 0
+        shards = [order[:n], order[n:2 * n]]
+        total = 0.0
+        for k in range(n // batch):
+            idx = np.concatenate([s[k * batch:(k + 1) * batch] for s in shards])
+            with autograd.record():
+                loss = loss_fn(net(mx.nd.array(x[idx])), mx.nd.array(y[idx]))
+            loss.backward()
+            trainer.step(2 * batch)
+            total += loss.sum().asscalar()
+        losses.append(total / (n // batch * batch * 2))
+    np.testing.assert_allclose(printed, losses, atol=2e-4)
+    trained = qs.build_net()
+    trained.load_parameters(saved)
+    for (name, want), got in zip(net.collect_params().items(),
+                                 trained.collect_params().values()):
+        np.testing.assert_allclose(got.data().asnumpy(), want.data().asnumpy(),
+                                   rtol=1e-4, atol=1e-5, err_msg=name)
+
+
 @pytest.mark.skipif(importlib.util.find_spec("sphinx") is None,
                     reason="sphinx is not installed (pip install .[docs])")
 def test_sphinx_build_has_no_warnings(tmp_path):
