@@ -87,15 +87,17 @@ def test_api_page_documents_all():
     assert not set(HOROVOD_MXNET_NAMES) - public, sorted(set(HOROVOD_MXNET_NAMES) - public)
 
 
-def test_quickstart_trains_as_one_process(tmp_path):
-    """The getting-started script (shown on the site) on 2 ranks: rank 0's printed losses and
-    saved parameters equal one process trained on the concatenated batches."""
+@pytest.mark.parametrize("script", ["gluon_quickstart.py", "kvstore_quickstart.py"])
+def test_quickstart_trains_as_one_process(tmp_path, script):
+    """The scripts shown on docs/getting_started.md and docs/kvstore.md, on 2 ranks: rank
+    0's printed losses and saved parameters equal one process trained on the concatenated
+    batches."""
     from mpirun import run_ranks
     import mxnet as mx
     import numpy as np
     from mxnet import autograd, gluon
 
-    script = os.path.join(ROOT, "examples", "gluon_quickstart.py")
+    script = os.path.join(ROOT, "examples", script)
     saved = str(tmp_path / "net.params")
     out = run_ranks(2, script, ["--epochs", "2", "--save", saved], timeout=180,
                     expect_ok=False)
@@ -103,7 +105,8 @@ def test_quickstart_trains_as_one_process(tmp_path):
     printed = [float(x) for x in re.findall(r"^(?:\[0\] )?epoch \d+: loss (\S+)$", out.stdout, re.M)]
     assert len(printed) == 2, out.stdout[-6000:]
 
-    spec = importlib.util.spec_from_file_location("gluon_quickstart", script)
+    spec = importlib.util.spec_from_file_location(
+        "gluon_quickstart", os.path.join(ROOT, "examples", "gluon_quickstart.py"))
     qs = importlib.util.module_from_spec(spec)
     sys.path.insert(0, os.path.join(ROOT, "examples"))
     try:
@@ -139,6 +142,13 @@ def test_quickstart_trains_as_one_process(tmp_path):
                                  trained.collect_params().values()):
         np.testing.assert_allclose(got.data().asnumpy(), want.data().asnumpy(),
                                    rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+def test_collectives_example():
+    """examples/collectives.py, shown on docs/collectives.md, checks its own results on
+    every rank (against numpy) and prints RANK r OK."""
+    from mpirun import run_ranks
+    run_ranks(2, os.path.join(ROOT, "examples", "collectives.py"), timeout=120)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("sphinx") is None,
