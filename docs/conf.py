@@ -31,8 +31,7 @@ root_doc = "index"
 smartquotes = False
 # Blocks without a language (the generated usage line) are plain text.
 highlight_language = "none"
-# Not part of the site: development notes kept in the repository.
-exclude_patterns = ["_build", "core_issues.md"]
+exclude_patterns = ["_build"]
 
 myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
