@@ -32,6 +32,30 @@ from mxhorovod.errors import InvalidArgumentError
 
 __version__ = "0.1.0"
 
+# The public API: horovod.mxnet's names (tests/test_api_parity.py), then ours. The API
+# reference (docs/api.md) documents exactly these (tests/test_docs.py).
+__all__ = [
+    # start, stop, topology
+    "init", "shutdown", "is_initialized", "size", "local_size", "cross_size", "rank",
+    "local_rank", "cross_rank", "is_homogeneous",
+    # build introspection
+    "mpi_threads_supported", "mpi_enabled", "mpi_built", "gloo_enabled", "gloo_built",
+    "nccl_built", "ddl_built", "ccl_built", "cuda_built", "rocm_built",
+    # collectives and their reduction ops
+    "allreduce", "allreduce_", "grouped_allreduce", "grouped_allreduce_", "broadcast",
+    "broadcast_", "allgather", "grouped_allgather", "alltoall", "reducescatter",
+    "grouped_reducescatter", "Average", "Sum", "Adasum", "Min", "Max", "Product",
+    # process sets
+    "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
+    # training
+    "DistributedOptimizer", "DistributedTrainer", "broadcast_parameters", "broadcast_object",
+    "allgather_object", "Compression", "split_list",
+    # timeline
+    "start_timeline", "stop_timeline",
+    # ours
+    "InvalidArgumentError",
+]
+
 # --- training API (optimizer, trainer, functions, compression) ---
 from mxhorovod.compression import Compression
 from mxhorovod.functions import allgather_object, broadcast_object, broadcast_parameters

@@ -63,7 +63,7 @@ def _flat_zeros(size, context, dtype):
     """A zero-filled 1-D buffer of ``size`` elements for a bucket. On the CPU it lies in
     shared memory that the other ranks of this host map (``_core.shared_array``, handed to
     MXNet without a copy by DLPack): their allreduce reads it with plain loads instead of
-    ``process_vm_readv``, about twice as fast (docs/benchmark_runs.md, twenty-second run).
+    ``process_vm_readv``, about twice as fast.
     Elsewhere, or when no shared memory can be had, an ordinary ``mx.nd.zeros``."""
     code = _DLPACK_CODES.get(dtype.kind)
     if context == mx.cpu(0) and code is not None and size > 0:

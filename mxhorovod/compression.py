@@ -61,6 +61,12 @@ class FP16Compressor(Compressor):
 
 
 class Compression(object):
-    """The available compressors: ``Compression.none`` and ``Compression.fp16``."""
+    """The gradient compressors, for ``compression=`` of :class:`DistributedTrainer`.
+
+    ``Compression.none`` (the default) sends every gradient as it is.
+    ``Compression.fp16`` sends float32 and float64 gradients as float16 (half the bytes)
+    and casts the result back to the gradient's dtype; other dtypes (float16, integers) are
+    sent unchanged. Values beyond float16's range (about 65504) become inf.
+    """
     none = NoneCompressor
     fp16 = FP16Compressor

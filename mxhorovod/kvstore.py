@@ -273,7 +273,7 @@ class Horovod(mx.kvstore.KVStoreBase):
         raise NotImplementedError(
             "kvstore 'horovod' stores no values (init/push/pull): it serves gluon.Trainer "
             "through broadcast and pushpull. With the Module API pass kvstore=None and wrap "
-            "the optimizer in hvd.DistributedOptimizer (see README)")
+            "the optimizer in hvd.DistributedOptimizer (see docs/module.md)")
 
     push = pull = row_sparse_pull = init
 
@@ -307,7 +307,7 @@ def _install_local_save_states():
     collective. MXNet's save_states first creates the kvstore and initializes the
     parameters in it (``_init_kvstore``, ``_init_params``), which for this kvstore is the
     broadcast from rank 0 that the first ``step()`` would make. A script that saves
-    checkpoints on rank 0 only (README) and does so before the first step (an epoch-0
+    checkpoints on rank 0 only (docs/kvstore.md) and does so before the first step (an epoch-0
     checkpoint) then broadcast on rank 0 alone: rank 0 waited for the others' broadcasts,
     the others for rank 0 in their first step, forever. The states this kvstore saves are
     the local updater's (the optimizer never runs on it: ``update_on_kvstore`` is False),

@@ -69,11 +69,21 @@ __all__ = [
 ]
 
 # Numbering of horovod.common.basics.
+#: ``op=`` of :func:`allreduce` and :func:`reducescatter` (their default): the sum over the
+#: ranks divided by their number. Integers truncate toward zero. Value 0.
 Average = 0
+#: ``op=``: the elementwise sum over the ranks. Integers wrap around on overflow. Value 1.
 Sum = 1
+#: Horovod's Adasum reduction. Not built here: any collective given it raises
+#: :class:`InvalidArgumentError` at the call. Value 2.
 Adasum = 2
+#: ``op=`` of :func:`allreduce`: the elementwise minimum. A NaN on any rank wins, and -0 is
+#: below +0, so every rank gets the same bits. Value 3.
 Min = 3
+#: ``op=`` of :func:`allreduce`: the elementwise maximum (NaN and -0 as for :data:`Min`).
+#: Value 4.
 Max = 4
+#: ``op=`` of :func:`allreduce`: the elementwise product over the ranks. Value 5.
 Product = 5
 _OP_NAMES = {Average: "Average", Sum: "Sum", Adasum: "Adasum", Min: "Min", Max: "Max",
              Product: "Product"}
@@ -268,10 +278,21 @@ def allreduce(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
             here: the collective is an asynchronous engine operation that starts as soon as
             the last write to ``tensor`` completes (at the call if there is none), so
             collectives start in the order their inputs become ready.
+        prescale_factor: multiplies each rank's tensor before the reduction.
+        postscale_factor: multiplies the result after it.
         op: hvd.Average (default), hvd.Sum, hvd.Min, hvd.Max or hvd.Product.
         process_set: the ranks that take part (default: all).
     Returns:
-        A new NDArray with tensor's shape, dtype and context, ready when read.
+        A new NDArray with tensor's shape, dtype and context, ready when read; the same
+        values on every rank of ``process_set``. Dtypes: float16, float32, float64, uint8,
+        int8, int32, int64, on CPU.
+    Raises:
+        InvalidArgumentError: at the call, on this rank: an unsupported dtype or storage
+            (row_sparse), hvd.Adasum, a rank outside ``process_set``, or a call before
+            ``init()`` (a ``ValueError``).
+        mxnet.base.MXNetError: at the next read of the result, on every rank, when the
+            ranks passed different shapes, dtypes, ops or scale factors (the message names
+            the tensor and both ranks' values), or when the call failed on another rank.
     """
     if _recording() and _differentiable(tensor):
         from mxhorovod import autograd_ops
@@ -431,7 +452,7 @@ def grouped_allreduce(tensors, average=None, name=None, priority=0, prescale_fac
 
     Raises:
         ValueError: not a list. An empty list returns [] at once (the peers' call of the
-        same name fails if they passed tensors; see :func:`_empty_group`).
+            same name fails if they passed tensors).
     """
     return _grouped(tensors, None, average, name, priority, prescale_factor, postscale_factor,
                     op, "grouped_allreduce", process_set)
@@ -589,7 +610,7 @@ def allgather(tensor, name=None, priority=0, process_set=global_process_set):
 
     Dimension 0 may differ per rank; the other dimensions and the dtype must agree. Blocks
     until every rank has called it with this name (the output's size depends on the
-    peers), then returns a new NDArray of shape (sum of dim 0, *tensor.shape[1:]).
+    peers), then returns a new NDArray of shape ``(sum of dim 0, *tensor.shape[1:])``.
 
     Raises:
         InvalidArgumentError (a ValueError and an MXNetError): on every rank, at the call,
@@ -735,7 +756,14 @@ def grouped_reducescatter(tensors, op=Average, name=None, priority=0,
                           process_set=global_process_set, prescale_factor=1.0,
                           postscale_factor=1.0, _what="grouped_reducescatter"):
     """:func:`reducescatter` of a list of NDArrays as one engine operation, reduced in one
-    fused MPI call. Tensor i is named '<name>.<i>'. Returns a list of new NDArrays."""
+    fused MPI call. Tensor i is named '<name>.<i>'. Returns a list of new NDArrays.
+
+    Every rank passes the same number of tensors, with the same shapes and dtypes; rank r
+    receives block r of dimension 0 of each, as :func:`reducescatter` describes.
+
+    Raises:
+        ValueError: as :func:`reducescatter`, for any of the tensors. An empty list
+            returns [] at once (the peers' call fails if they passed tensors)."""
     single = _what == "reducescatter"
     if _is_empty_group(tensors):  # as for grouped_allreduce
         return _empty_group("reducescatter", "reducescatter", name, process_set, _what)

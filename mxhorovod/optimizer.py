@@ -24,7 +24,18 @@ __all__ = ["DistributedOptimizer", "split_list", "allreduce_row_sparse_"]
 
 
 def split_list(items, num_groups):
-    """Split ``items`` into ``min(num_groups, len(items))`` contiguous, nearly equal parts."""
+    """Split ``items`` into ``min(num_groups, len(items))`` contiguous, nearly equal parts.
+
+    The first ``len(items) % groups`` parts hold one item more than the others, as in
+    Horovod (which uses it to form the ``num_groups`` of grouped allreduces). A local
+    helper: no collective, the same result on every rank for the same input.
+
+    Args:
+        items: a sequence (a list of parameters or NDArrays, ...).
+        num_groups: the number of parts wanted; values below 1 give one part.
+    Returns:
+        A list of lists, in order; ``[[]]`` for an empty ``items``.
+    """
     num_groups = max(1, min(num_groups, len(items)))
     q, r = divmod(len(items), num_groups)
     out, start = [], 0
