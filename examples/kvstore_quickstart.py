@@ -21,8 +21,9 @@ from gluon_quickstart import build_net, make_dataset  # noqa: E402
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--epochs", type=int, default=3)
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--epochs", type=int, default=3, help="passes over the data")
     p.add_argument("--batch-size", type=int, default=32, help="per rank")
     p.add_argument("--lr", type=float, default=0.05, help="for one rank; scaled by ranks")
     p.add_argument("--save", help="rank 0 saves the parameters to this file at the end")

