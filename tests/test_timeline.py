@@ -276,3 +276,19 @@ def test_sized_call_is_one_use_unless_its_exchange_failed():
     assert [(s.start_us, s.use) for s in t.spans if s.tensor == "g" and s.phase == "ALLGATHER"] == \
         [(5, 0), (15, 0), (55, 2), (65, 2)]
     assert t.errors == [("g", 1, "Mismatched")]
+
+
+def test_summary_cli_without_matplotlib_names_the_extra(recorded, tmp_path):
+    # matplotlib is the [timeline] extra, not a dependency: without it the summary is still
+    # printed, and the chart's absence is explained.
+    env_path, _ = recorded
+    code = ("import sys, runpy; sys.modules['matplotlib'] = None; "
+            "sys.argv = ['mxhorovod.timeline', 'summary', %r, '--png', %r]; "
+            "runpy.run_module('mxhorovod.timeline', run_name='__main__')"
+            % (env_path, str(tmp_path / "chart.png")))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert out.returncode == 1, out.stderr
+    assert "7 tensors, 3 steps" in out.stdout, out.stdout
+    assert "pip install 'mxhorovod[timeline]'" in out.stderr, out.stderr
+    assert not (tmp_path / "chart.png").exists()

@@ -42,7 +42,12 @@ def main(argv=None):
     _say(format_summary(summary, top=args.top, path=args.file))
     if not args.no_png:
         png = args.png or os.path.splitext(args.file)[0] + ".png"
-        plot_steps(summary, png, title=os.path.basename(args.file))
+        try:
+            plot_steps(summary, png, title=os.path.basename(args.file))
+        except ImportError as e:  # matplotlib: the [timeline] extra
+            print("no chart: %s. Install it with: pip install 'mxhorovod[timeline]' (or "
+                  "matplotlib), or pass --no-png" % e, file=sys.stderr)
+            return 1
         _say("\nchart: %s (wall time per phase per step)" % png)
     return 0
 
