@@ -41,9 +41,18 @@ def model():
 
 
 def note(line):
+    if os.environ.get("ELASTIC_TIMES") and line.split()[0] in ("START", "STEP"):
+        stamp(line.split()[0].lower(), gen)
     if hvd.rank() == 0:
         with open(LOG, "a") as f:
             f.write(line + "\n")
+
+
+def stamp(what, *more):
+    """ELASTIC_TIMES=1 (benchmarks/elastic.py): 'TIME what ... unix-time' lines."""
+    if os.environ.get("ELASTIC_TIMES") and (hvd.rank() == 0 or what == "kill"):
+        with open(LOG, "a") as f:
+            f.write("TIME %s %s %.3f\n" % (what, " ".join(str(m) for m in more), time.time()))
 
 
 X, Y = data()
@@ -92,6 +101,8 @@ def train(state):
                 net.weight.data().wait_to_read()
                 by_host = os.environ.get("ELASTIC_KILL_HOST") == "1"
                 if (hvd.cross_rank() if by_host else hvd.rank()) == kill[1]:
+                    if hvd.local_rank() == 0:
+                        stamp("kill")
                     os.kill(os.getpid(), signal.SIGKILL)
                 time.sleep(30)  # the others wait here to be killed, as in a collective
             if state.steps % COMMIT_EVERY == 0:
