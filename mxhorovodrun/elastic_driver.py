@@ -374,7 +374,8 @@ class ElasticDriver:
                     self.job_assignment = None
                 if code == 0:
                     return 0
-                if events["user_error"]:
+                if events["user_error"] and not (events["killed"] or events["peer_lost"]):
+                    # (A rank killed or a peer lost first: the others' errors follow from it.)
                     log.error("error: the training script failed (exit %d: %s); an error of "
                               "the script is not retried", code, events["user_error"][0][:300])
                     return code

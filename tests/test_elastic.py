@@ -19,3 +19,35 @@ def test_states_one_process():
 @pytest.mark.parametrize("np_", [2, 3])
 def test_states_multi_rank(np_):
     run_ranks(np_, "elastic_state.py", timeout=180)
+
+
+def test_blacklist_cooldown_doubles_up_to_the_bound():
+    from mxhorovodrun.elastic_driver import Blacklist
+    now = [100.0]
+    b = Blacklist((10, 25), clock=lambda: now[0])
+    b.add("h2", "rank 2 was killed by SIGKILL")
+    assert b.blocked("h2") and not b.blocked("h1")
+    now[0] += 11.1  # 10 s plus at most 10% jitter
+    assert not b.blocked("h2")
+    b.add("h2", "again")
+    now[0] += 19.9
+    assert b.blocked("h2")  # 20 s the second time
+    now[0] += 2.2
+    assert not b.blocked("h2")
+    b.add("h2", "a third time")  # 40 s, bounded by 25
+    now[0] += 27.6
+    assert not b.blocked("h2")
+    forever = Blacklist(None, clock=lambda: now[0])
+    forever.add("h3", "lost")
+    now[0] += 1e9
+    assert forever.blocked("h3")
+
+
+def test_elastic_flags_defaults():
+    from mxhorovodrun.args import parse_args
+    args = parse_args(["--min-np", "2", "--host-discovery-script", "d.sh", "python", "t.py"],
+                      environ={"HOROVOD_ELASTIC_TIMEOUT": "7"})
+    assert (args.num_proc, args.min_np, args.max_np, args.elastic_timeout) == (2, 2, None, 7)
+    args = parse_args(["-np", "4", "--host-discovery-script", "d.sh", "python", "t.py"],
+                      environ={})
+    assert (args.num_proc, args.min_np) == (4, 4)
