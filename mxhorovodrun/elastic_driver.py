@@ -41,7 +41,8 @@ import uuid
 
 from mxhorovodrun.elastic_protocol import (ENV_DRIVER, ENV_ELASTIC, ENV_GENERATION,
                                            ENV_HOSTS_VERSION, ENV_JOB_ID, EXIT_HOSTS_UPDATED,
-                                           KILLED_RE, PEER_LOST_RE, USER_ERROR_MARKER)
+                                           KILLED_RE, PEER_LOST_RE, TRANSFER_TIMEOUT_RE,
+                                           USER_ERROR_MARKER)
 from mxhorovodrun.hosts import assign_ranks, hosts_text
 from mxhorovodrun.startup import Deadline, check_hosts, remote_hosts
 
@@ -208,6 +209,15 @@ class _Scanner:
         if m:
             self.events["peer_lost"].append((int(m.group(1)), m.group(2), m.group(3)))
             return
+        m = TRANSFER_TIMEOUT_RE.search(line)
+        if m:
+            tag = self._TAG.match(line.encode())
+            for peer in re.split(r"[,\s]+", m.group(1)):
+                if peer:
+                    self.events["peer_lost"].append(
+                        (int(tag.group(1)) if tag else -1, peer,
+                         "transfer from host %s timed out" % m.group(2)))
+            return
         if USER_ERROR_MARKER in line and "mxhorovod:" in line:
             self.events["user_error"].append(line.strip())
 
@@ -330,9 +340,18 @@ class ElasticDriver:
                 lost.setdefault(rank_host[rank], "rank %d was killed by %s" % (rank, signal_name))
         names = {h for h, _ in assignment}
         unknown = False
+        # A host whose link is down is named by the ranks of every other host, and names
+        # them all: with two hosts (or one reporter) that is a tie, which ssh decides below.
+        reporters = {}
         for rank, host, text in events["peer_lost"]:
             if host in names:
-                lost.setdefault(host, "rank %d lost it: %s" % (rank, text[:200]))
+                where = rank_host[rank] if 0 <= rank < len(rank_host) else None
+                reporters.setdefault(host, {})[where] = "rank %d lost it: %s" % (rank, text[:200])
+            else:
+                unknown = True
+        for host, by in reporters.items():
+            if len(set(by) - {host}) >= 2 or (len(names) == 2 and len(reporters) == 1):
+                lost.setdefault(host, sorted(by.values())[0])
             else:
                 unknown = True
         if not lost or unknown:

@@ -21,7 +21,7 @@ import re
 
 __all__ = ["ENV_ELASTIC", "ENV_GENERATION", "ENV_JOB_ID", "ENV_DRIVER", "ENV_HOSTS_VERSION",
            "ENV_COMMIT_DIR", "EXIT_HOSTS_UPDATED", "EXIT_PEER_LOST", "PEER_LOST_MARKER",
-           "USER_ERROR_MARKER", "KILLED_RE", "PEER_LOST_RE", "ask_hosts_version"]
+           "USER_ERROR_MARKER", "KILLED_RE", "PEER_LOST_RE", "TRANSFER_TIMEOUT_RE", "ask_hosts_version"]
 
 # Set by the driver for every rank of an elastic job.
 ENV_ELASTIC = "MXHOROVOD_ELASTIC"                  # "1"
@@ -39,6 +39,10 @@ PEER_LOST_MARKER = "mxhorovod elastic: peer lost"
 USER_ERROR_MARKER = "failed with an unhandled"
 # The rank guard's line for a rank killed by a signal (mxhorovod/rank_guard.py).
 KILLED_RE = re.compile(r"rank (\d+) \(pid \d+ on \S+\) was killed by (\w+)")
+# The core's line when a transfer between hosts passed its bound (the cross-host issue's
+# MXHOROVOD_TRANSFER_TIMEOUT_SECONDS): the peer host(s) and this rank's host.
+TRANSFER_TIMEOUT_RE = re.compile(r"transfer between hosts timed out: .* for host (.+?) \(\d+ "
+                                 r"bytes over the link of host ([\w.-]+)\)")
 # A rank's line: "mxhorovod elastic: peer lost: rank 3 (host h1): <error>" (host may be '?').
 PEER_LOST_RE = re.compile(re.escape(PEER_LOST_MARKER) + r": rank (\d+) \(host (\S+)\): (.*)")
 

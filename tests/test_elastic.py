@@ -51,3 +51,19 @@ def test_elastic_flags_defaults():
     args = parse_args(["-np", "4", "--host-discovery-script", "d.sh", "python", "t.py"],
                       environ={})
     assert (args.num_proc, args.min_np) == (4, 4)
+
+
+def test_elastic_script_under_plain_mpirun_runs_fixed_size(tmp_path):
+    # No driver: one warning (rank 0), the whole training at size 2, nothing written to a
+    # commit directory.
+    log = tmp_path / "log"
+    proc = run_ranks(2, "elastic_train.py", timeout=180,
+                     env={"ELASTIC_LOG": str(log),
+                          "MXHOROVOD_ELASTIC_COMMIT_DIR": str(tmp_path / "commits")})
+    assert proc.stdout.count("hvd.elastic.run: not started by mxhorovodrun's elastic mode "
+                             "(--host-discovery-script); running as a fixed-size job of 2 "
+                             "ranks, with no reset") == 1, proc.stdout[-3000:]
+    lines = log.read_text().split("\n")
+    assert lines[0] == "START 0 2 0" and "END 0" in lines
+    assert sum(1 for line in lines if line.startswith("STEP")) == 3 * 96 // 8
+    assert not (tmp_path / "commits").exists()

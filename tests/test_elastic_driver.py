@@ -62,6 +62,7 @@ def history(lines):
     kept steps in order: each job's steps up to its last COMMIT (a job that ended, END,
     keeps all)."""
     jobs = []
+    resets = [words[1:] for words in lines if words[0] == "RESET"]
     for words in lines:
         if words[0] == "START":
             jobs.append({"gen": int(words[1]), "size": int(words[2]),
@@ -81,6 +82,8 @@ def history(lines):
             events = events[:last + 1]
         kept += [(e[1], e[2]) for e in events if e[0] == "step"]
         job["commits"] = [e[1] for e in job["events"] if e[0] == "commit"]
+    # The reset callbacks ran once in every job after the first, with the new size.
+    assert resets == [[str(j["gen"]), str(j["size"])] for j in jobs[1:]], (resets, jobs)
     return jobs, kept
 
 

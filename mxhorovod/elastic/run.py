@@ -90,9 +90,10 @@ def run(func):
         if not hvd.is_initialized():
             raise RuntimeError("hvd.elastic.run: call hvd.init() before the training function")
         if not runtime.elastic():
-            runtime.warn_once("plain", "hvd.elastic.run: not started by mxhorovodrun's "
-                              "elastic mode (--host-discovery-script); running as a fixed-size "
-                              "job of %d ranks, with no reset", hvd.size())
+            if hvd.rank() == 0:
+                runtime.warn_once("plain", "hvd.elastic.run: not started by mxhorovodrun's "
+                                  "elastic mode (--host-discovery-script); running as a "
+                                  "fixed-size job of %d ranks, with no reset", hvd.size())
             state.sync(0)
             return func(state, *args, **kwargs)
         try:

@@ -107,7 +107,8 @@ assert state.epoch == expect[2], (state.epoch, expect[2])
 same_on_every_rank("after-sync-root", all_arrays(net, trainer))
 
 # --- the commit store: a fresh model and trainer load exactly the last commit ---
-base = hvd.broadcast_object(tempfile.mkdtemp(prefix="mxh-elastic-test-"), root_rank=0)
+base = hvd.broadcast_object(tempfile.mkdtemp(prefix="mxh-elastic-test-") if r == 0 else None,
+                           root_rank=0)
 os.environ.update(MXHOROVOD_ELASTIC="1", MXHOROVOD_ELASTIC_COMMIT_DIR=base,
                   MXHOROVOD_ELASTIC_JOB_ID="t1", MXHOROVOD_ELASTIC_GENERATION="3")
 from mxhorovod.elastic import runtime  # noqa: E402

@@ -2,6 +2,7 @@
 
 A small Dense model, DistributedTrainer with momentum SGD, 96 samples, 4 per rank and step,
 ElasticSampler, a commit every COMMIT_EVERY steps. Rank 0 appends to $ELASTIC_LOG:
+  RESET <generation> <size>    (the reset callback, in every job after the first)
   START <generation> <size> <counter loaded>
   STEP <generation> <epoch> <global indices, comma-separated>
   COMMIT <generation> <counter>
@@ -61,6 +62,7 @@ trainer = hvd.DistributedTrainer(net.collect_params(), "sgd",
                                  {"learning_rate": 0.1, "momentum": 0.9})
 sampler = hvd.elastic.ElasticSampler(list(range(N)), shuffle=True, seed=3)
 state = hvd.elastic.GluonState(net, trainer, epoch=0, steps=0, sampler=sampler)
+state.register_reset_callbacks([lambda: note("RESET %d %d" % (gen, hvd.size()))])
 kill = [int(v) for v in os.environ.get("ELASTIC_KILL", "-1:-1:-1").split(":")]
 fail = [int(v) for v in os.environ.get("ELASTIC_FAIL", "-1:-1").split(":")]
 pause = float(os.environ.get("ELASTIC_STEP_SLEEP", "0"))
