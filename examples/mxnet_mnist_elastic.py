@@ -111,8 +111,9 @@ def main(argv=None):
                     state.commit()
             acc = evaluate(net, test_x, test_y)
             if hvd.rank() == 0:
-                print("epoch %d: test accuracy %.4f, %d ranks, %.1f s"
-                      % (state.epoch + 1, acc, hvd.size(), time.time() - tic), flush=True)
+                print("epoch %d: test accuracy %.4f, %d rank%s, %.1f s"
+                      % (state.epoch + 1, acc, hvd.size(), "" if hvd.size() == 1 else "s",
+                         time.time() - tic), flush=True)
             state.epoch += 1
             state.sampler.set_epoch(state.epoch)
             state.commit()
