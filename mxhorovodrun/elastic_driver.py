@@ -222,6 +222,22 @@ class _Scanner:
             self.events["user_error"].append(line.strip())
 
 
+class _SignalsNoted:
+    """mpirun's Popen, noting the signals the output relay forwards to it (the user's
+    Ctrl-C or a SIGTERM of the launcher: the run ends, no reset)."""
+
+    def __init__(self, proc, noted):
+        self._proc = proc
+        self._noted = noted
+
+    def send_signal(self, signum):
+        self._noted.append(signum)
+        self._proc.send_signal(signum)
+
+    def __getattr__(self, name):
+        return getattr(self._proc, name)
+
+
 class ElasticDriver:
     """See the module. ``args``: mxhorovodrun's parsed arguments."""
 
@@ -324,11 +340,14 @@ class ElasticDriver:
             for note in notes:
                 log.warning("warning: %s", note)
         log.info("%s", " ".join(shlex.quote(a) for a in argv))
-        events = {"killed": {}, "peer_lost": [], "user_error": []}
+        events = {"killed": {}, "peer_lost": [], "user_error": [], "signals": []}
         console = (_Scanner(sys.stdout.buffer, events), _Scanner(sys.stderr.buffer, events))
+
+        def popen(*a, **kw):
+            return _SignalsNoted(self.popen(*a, **kw), events["signals"])
         code = run_captured(argv, env, np, capture_dir, output_filename=args.output_filename,
                             timestamps=args.prefix_output_with_timestamp, console=console,
-                            popen=self.popen)
+                            popen=popen)
         return code, events
 
     def _lost_hosts(self, assignment, events):
@@ -393,6 +412,10 @@ class ElasticDriver:
                     self.job_assignment = None
                 if code == 0:
                     return 0
+                if events["signals"]:
+                    log.error("error: the job was interrupted (signal %d); no reset",
+                              events["signals"][-1])
+                    return code or 128 + events["signals"][-1]
                 if events["user_error"] and not (events["killed"] or events["peer_lost"]):
                     # (A rank killed or a peer lost first: the others' errors follow from it.)
                     log.error("error: the training script failed (exit %d: %s); an error of "

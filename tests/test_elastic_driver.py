@@ -216,3 +216,25 @@ def test_discovery_printing_garbage_is_an_error(hosts):
     code, out = run(hosts, ["-np", "2"])
     assert code == 1
     assert "line 2: 'not a host' is not 'host' or 'host:slots'" in out, out
+
+
+def test_interrupt_ends_the_run_without_a_reset(hosts):
+    # SIGINT to the launcher (a Ctrl-C): the ranks end, and no new job starts.
+    hosts.set_hosts("ha:1\nhb:1\n")
+    cmd, env = launcher(hosts, ["-np", "2"], ELASTIC_STEP_SLEEP="0.5")
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True, cwd=REPO)
+    try:
+        log = os.path.join(hosts.root, "log")
+        end = time.monotonic() + 120
+        while time.monotonic() < end and not (os.path.exists(log) and "STEP" in open(log).read()):
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        raise AssertionError(out[-6000:])
+    assert proc.returncode != 0, out[-3000:]
+    assert "the job was interrupted (signal 2); no reset" in out, out[-3000:]
+    assert out.count("elastic: job ") == 1, out[-3000:]
