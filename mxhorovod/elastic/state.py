@@ -201,6 +201,9 @@ def _data(name, p):
             "GluonState: parameter %r is not initialized yet (deferred): run one forward "
             "pass, or give the layer its input size (in_units, in_channels), before making "
             "the state" % name) from None
+    except RuntimeError:
+        raise RuntimeError("GluonState: parameter %r is not initialized: call "
+                           "net.initialize() before making the state" % name) from None
 
 
 class GluonState(ObjectState):

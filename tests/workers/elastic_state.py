@@ -168,4 +168,32 @@ s2.load_state_dict(state3._saved_handled["sampler"])
 rest = list(iter(s2))
 left = order[8 * n:]
 assert rest == (left + left[:len(rest) * n - len(left)])[r::n], "the rest of the epoch"
+# --- bad input: clear errors ---
+def raises(kind, text, fn):
+    try:
+        fn()
+    except kind as e:
+        assert text in str(e), str(e)
+    else:
+        raise AssertionError("no %s (%s)" % (kind.__name__, text))
+
+
+raises(RuntimeError, "is not initialized: call net.initialize() before making the state",
+       lambda: hvd.elastic.GluonState(mx.gluon.nn.Dense(3), None))
+deferred = mx.gluon.nn.Dense(3)
+deferred.initialize()
+raises(RuntimeError, "is not initialized yet (deferred): run one forward pass",
+       lambda: hvd.elastic.GluonState(deferred, None))
+raises(ValueError, "GluonState takes a gluon Block, a ParameterDict",
+       lambda: hvd.elastic.GluonState("net", None))
+snap = state._snapshot()
+fewer = mx.gluon.nn.Dense(3, in_units=5)
+fewer.initialize()
+raises(ValueError, "the commit holds 4 parameters, this model 2",
+       lambda: hvd.elastic.GluonState(fewer, None)._load_snapshot(snap))
+wider = mx.gluon.nn.HybridSequential()
+wider.add(mx.gluon.nn.Dense(7, in_units=5), mx.gluon.nn.Dense(3, in_units=7))
+wider.initialize()
+raises(ValueError, "has shape (7,); the commit's",
+       lambda: hvd.elastic.GluonState(wider, None)._load_snapshot(snap))
 print("RANK %d OK" % r, flush=True)

@@ -9,7 +9,8 @@ ElasticSampler, a commit every COMMIT_EVERY steps. Rank 0 appends to $ELASTIC_LO
   END <generation>
 and writes the final parameters to $ELASTIC_LOG.params.npz. ELASTIC_KILL=G:R:S makes rank R
 of generation G (with ELASTIC_KILL_HOST=1: every rank of host number R, the cross rank)
-SIGKILL itself
+SIGKILL itself; ELASTIC_LINK_DOWN=G:H:S: the first rank of host number H takes its eth0
+down (a network-namespace host) after its step S of job G
 after its step S of that job, between two commits. ELASTIC_FAIL=G:S raises a ValueError on
 rank 0 at step S of generation G (a bug of the script: no retry). ELASTIC_STEP_SLEEP:
 seconds of sleep per step (time for the driver to see a new host)."""
@@ -64,6 +65,7 @@ sampler = hvd.elastic.ElasticSampler(list(range(N)), shuffle=True, seed=3)
 state = hvd.elastic.GluonState(net, trainer, epoch=0, steps=0, sampler=sampler)
 state.register_reset_callbacks([lambda: note("RESET %d %d" % (gen, hvd.size()))])
 kill = [int(v) for v in os.environ.get("ELASTIC_KILL", "-1:-1:-1").split(":")]
+link_down = [int(v) for v in os.environ.get("ELASTIC_LINK_DOWN", "-1:-1:-1").split(":")]
 fail = [int(v) for v in os.environ.get("ELASTIC_FAIL", "-1:-1").split(":")]
 pause = float(os.environ.get("ELASTIC_STEP_SLEEP", "0"))
 loss_fn = mx.gluon.loss.SoftmaxCrossEntropyLoss()
@@ -107,6 +109,11 @@ def train(state):
                         stamp("kill")
                     os.kill(os.getpid(), signal.SIGKILL)
                 time.sleep(30)  # the others wait here to be killed, as in a collective
+            if gen == link_down[0] and done_here == link_down[2] and \
+                    hvd.cross_rank() == link_down[1] and hvd.local_rank() == 0:
+                net.weight.data().wait_to_read()
+                import subprocess
+                subprocess.run(["ip", "link", "set", "eth0", "down"], check=True)
             if state.steps % COMMIT_EVERY == 0:
                 commit(state)
         state.epoch += 1
