@@ -238,3 +238,13 @@ def test_interrupt_ends_the_run_without_a_reset(hosts):
     assert proc.returncode != 0, out[-3000:]
     assert "the job was interrupted (signal 2); no reset" in out, out[-3000:]
     assert out.count("elastic: job ") == 1, out[-3000:]
+
+
+def test_reset_limit_ends_the_run(hosts):
+    hosts.set_hosts("ha:1\nhb:1\n")
+    code, out = run(hosts, ["-np", "2", "--min-np", "1", "--reset-limit", "0"],
+                    ELASTIC_KILL="0:1:3", ELASTIC_KILL_HOST="1")
+    assert code != 0, out[-4000:]
+    assert "host hb left out: rank 1 was killed by SIGKILL" in out, out[-4000:]
+    assert "error: --reset-limit 0 reached; the job ends" in out, out[-4000:]
+    assert out.count("elastic: job ") == 1, out[-4000:]
