@@ -63,6 +63,9 @@ from mxhorovod.optimizer import DistributedOptimizer, split_list
 from mxhorovod.trainer import DistributedTrainer
 # --- end of training API ---
 
+# --- elastic training: hvd.elastic.run, GluonState, ... (mxhorovod/elastic/) ---
+from mxhorovod import elastic  # noqa: F401
+
 # --- kvstore 'horovod': importing registers mx.kv.create('horovod') with MXNet ---
 from mxhorovod import kvstore  # noqa: F401
 

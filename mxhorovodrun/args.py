@@ -9,15 +9,9 @@ from mxhorovodrun.settings import LOG_LEVELS
 
 __all__ = ["REFUSED", "build_parser", "parse_args"]
 
-_ELASTIC = ("elastic training: mxhorovod runs a fixed set of ranks, started by mpirun (Horovod's "
-            "elastic mode has no MXNet API either); give -np and drop the elastic flags")
 # horovodrun flags that this launcher refuses: (names, values taken, why); the first name
 # gives the dest.
-_REFUSED_FLAGS = [((name,) + more, nargs, "%s: %s" % (name, _ELASTIC)) for name, more, nargs in (
-    ("--min-np", ("--min-num-proc",), None), ("--max-np", ("--max-num-proc",), None),
-    ("--slots-per-host", (), None), ("--host-discovery-script", (), None),
-    ("--elastic-timeout", (), None), ("--reset-limit", (), None),
-    ("--blacklist-cooldown-range", (), 2))] + [
+_REFUSED_FLAGS = [
     (("--config-file",), None, "--config-file: not supported; give the options as flags (the "
                                "same names as horovodrun's)"),
     (("--jsrun",), 0, "--jsrun: LSF's jsrun is not supported; mxhorovodrun launches with mpirun")]
@@ -199,7 +193,31 @@ def build_parser():
                            help="Sets %s=1; no effect (a warning says so)." % var)
         flags.add_argument("--no-" + name, dest=dest, action="store_const", const=False,
                            help=argparse.SUPPRESS)
-    # horovodrun's elastic mode, LSF and config-file flags: refused (REFUSED says why).
+    elastic = p.add_argument_group(
+        "elastic arguments", "Elastic training (hvd.elastic in the script): each job is one "
+        "mpirun; when a host is lost or added the job ends and the next starts from the last "
+        "commit (see docs/elastic.md).")
+    elastic.add_argument("--min-np", "--min-num-proc", dest="min_np", type=_positive_int,
+                         help="Fewest processes to run with; below it for longer than "
+                              "--elastic-timeout the job ends. (default: -np)")
+    elastic.add_argument("--max-np", "--max-num-proc", dest="max_np", type=_positive_int,
+                         help="Most processes to run with. (default: no bound)")
+    elastic.add_argument("--slots-per-host", dest="slots_per_host", type=_positive_int,
+                         help="Slots of a host that the discovery script prints without "
+                              "':slots'. (default: 1)")
+    elastic.add_argument("--elastic-timeout", dest="elastic_timeout", type=_positive_int,
+                         metavar="SECONDS",
+                         help="Seconds to wait for --min-np slots (at start and after a "
+                              "host was lost) before the job ends. Alternatively "
+                              "HOROVOD_ELASTIC_TIMEOUT. (default: 600)")
+    elastic.add_argument("--reset-limit", dest="reset_limit", type=_nonnegative(int),
+                         help="Most resets (restarts on other hosts) before the job ends. "
+                              "(default: no limit)")
+    elastic.add_argument("--blacklist-cooldown-range", dest="blacklist_cooldown_range",
+                         type=_nonnegative(int), nargs=2, metavar=("MIN", "MAX"),
+                         help="Seconds a failed host is left out: MIN the first time, "
+                              "doubling at each failure up to MAX. (default: for good)")
+    # horovodrun's LSF and config-file flags: refused (REFUSED says why).
     refused = p.add_argument_group("refused horovodrun arguments")
     for names, nargs, _ in _REFUSED_FLAGS:
         extra = {"action": "store_true"} if nargs == 0 else {"nargs": nargs}
@@ -279,7 +297,44 @@ def build_parser():
                             "Default: this host, -np slots.")
     hosts.add_argument("-hostfile", "--hostfile", dest="hostfile",
                        help="File of hosts, one a line: 'host slots=N' (or host:N).")
+    hosts.add_argument("--host-discovery-script", dest="host_discovery_script",
+                       metavar="SCRIPT",
+                       help="Elastic training: an executable that prints the hosts now "
+                            "available, one 'host:slots' (or 'host') a line; run at start "
+                            "and every second during the job.")
     return p
+
+
+def _check_elastic(parser, args, environ):
+    """The elastic flags: only with --host-discovery-script; -np defaults to --min-np."""
+    given = [flag for flag, dest in (("--min-np", "min_np"), ("--max-np", "max_np"),
+                                     ("--slots-per-host", "slots_per_host"),
+                                     ("--elastic-timeout", "elastic_timeout"),
+                                     ("--reset-limit", "reset_limit"),
+                                     ("--blacklist-cooldown-range", "blacklist_cooldown_range"))
+             if getattr(args, dest) is not None]
+    if not args.host_discovery_script:
+        if given:
+            parser.error("%s: elastic training needs --host-discovery-script (a script that "
+                         "prints the available hosts, one 'host:slots' a line)" % given[0])
+        return
+    if args.num_proc is None:
+        args.num_proc = args.min_np
+    if args.num_proc is None:
+        parser.error("elastic training needs -np or --min-np")
+    if args.min_np is None:
+        args.min_np = args.num_proc
+    if args.max_np is not None and args.max_np < args.min_np:
+        parser.error("--max-np %d is less than --min-np %d" % (args.max_np, args.min_np))
+    if args.elastic_timeout is None and environ.get("HOROVOD_ELASTIC_TIMEOUT"):
+        text = environ["HOROVOD_ELASTIC_TIMEOUT"]
+        try:
+            args.elastic_timeout = _positive_int(text)
+        except argparse.ArgumentTypeError as e:
+            parser.error("HOROVOD_ELASTIC_TIMEOUT=%s: %s (seconds, an integer >= 1)" % (text, e))
+    low_high = args.blacklist_cooldown_range
+    if low_high is not None and low_high[0] > low_high[1]:
+        parser.error("--blacklist-cooldown-range %d %d: MIN is more than MAX" % tuple(low_high))
 
 
 def parse_args(argv=None, environ=None):
@@ -312,6 +367,7 @@ def parse_args(argv=None, environ=None):
     for dest, why in REFUSED.items():
         if getattr(args, dest) not in (None, False):
             parser.error(why)
+    _check_elastic(parser, args, environ)
     if args.num_proc is None:
         parser.error("-np/--num-proc is required (the number of processes)")
     if not args.command:

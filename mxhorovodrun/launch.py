@@ -8,6 +8,7 @@ import logging
 import os
 import shlex
 import shutil
+import subprocess
 import sys
 import tempfile
 
@@ -164,6 +165,9 @@ def main(argv=None, execve=os.execve, popen=None):
         from mxhorovodrun.check_build import check_build_text
         print(check_build_text(verbose=args.verbose))
         return 0
+    if args.host_discovery_script:  # elastic training: a driver runs the jobs
+        from mxhorovodrun.elastic_driver import run_elastic
+        return run_elastic(args, popen=popen or subprocess.Popen)
     capture_dir = tempfile.mkdtemp(prefix="mxhorovodrun-")  # removed unless captures_output
     # Removes capture_dir once this process, or the relay it becomes, has gone: also after
     # a SIGKILL, which left it in /tmp (the relay removes it itself at any other end).

@@ -1,0 +1,140 @@
+"""Cost of elastic training: ``state.commit()`` for ResNet-50's state against a training
+step, and the time from a host's death to training again.
+
+    python benchmarks/elastic.py [--batch 16] [--reps 5] [--recovery]
+
+commit rows (one process, ``MXHOROVOD_ELASTIC=1``, commits written to
+MXHOROVOD_ELASTIC_COMMIT_DIR or /dev/shm): ``resnet50_v1()`` (25.6 M float32 parameters)
+with a DistributedTrainer (SGD with momentum: one state per parameter), after one step.
+Alternated, --reps times each: a training step (forward, backward, step on a random batch
+of --batch 224x224 images), ``state.save()`` alone (the snapshot into host memory),
+``state.commit()`` (the snapshot, the write of the commit file on this host, the host
+check). Figures: median (min..max) seconds; the commit's share of a step when committing
+every 1, 5 and 10 steps; the commit file's size.
+
+--recovery: the time from a host's death to training again, on two fake hosts of this
+machine (tests/elastic_hosts.py; root) under mxhorovodrun's elastic driver: a 2x1 job of
+tests/workers/elastic_train.py whose host hb is SIGKILLed; from the kill to the first step
+of the next job, from the log's timestamps (mpirun's end, the new job's start: MXNet's
+import and hvd.init() on the ranks, the commit's load and sync).
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+
+
+def fmt(values):
+    return "%.3f (%.3f..%.3f)" % (statistics.median(values), min(values), max(values))
+
+
+def commit_rows(batch, reps):
+    base = tempfile.mkdtemp(prefix="mxh-bench-elastic-",
+                            dir="/dev/shm" if os.access("/dev/shm", os.W_OK) else None)
+    os.environ.update(MXHOROVOD_ELASTIC="1", MXHOROVOD_ELASTIC_COMMIT_DIR=base,
+                      MXHOROVOD_ELASTIC_JOB_ID="bench")
+    import mxnet as mx
+    import mxhorovod as hvd
+    from mxhorovod.elastic import runtime
+    hvd.init()
+    net = mx.gluon.model_zoo.vision.resnet50_v1()
+    net.initialize(mx.init.Xavier())
+    trainer = hvd.DistributedTrainer(net.collect_params(), "sgd",
+                                     {"learning_rate": 0.01, "momentum": 0.9})
+    loss_fn = mx.gluon.loss.SoftmaxCrossEntropyLoss()
+    x = mx.nd.random.uniform(shape=(batch, 3, 224, 224))
+    y = mx.nd.array([i % 1000 for i in range(batch)])
+
+    def step():
+        with mx.autograd.record():
+            loss = loss_fn(net(x), y)
+        loss.backward()
+        trainer.step(batch)
+        mx.nd.waitall()
+
+    step()
+    state = hvd.elastic.GluonState(net, trainer, epoch=0, batch=0)
+    times = {"step": [], "save": [], "commit": []}
+    for _ in range(reps):
+        for name, fn in (("step", step), ("save", state.save), ("commit", state.commit)):
+            t = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t)
+    size = os.path.getsize(runtime.store().latest()[2])
+    runtime.store().remove()
+    os.rmdir(base)
+    step_s, commit_s = statistics.median(times["step"]), statistics.median(times["commit"])
+    rows = {"batch": batch, "reps": reps, "file_mb": size / 1e6,
+            "step_s": times["step"], "save_s": times["save"], "commit_s": times["commit"],
+            "share_every": {k: commit_s / (k * step_s) for k in (1, 5, 10)}}
+    print("ResNet-50 v1, SGD momentum, batch %d, %d reps (median (min..max) s)" % (batch, reps))
+    print("  training step          %s" % fmt(times["step"]))
+    print("  state.save()           %s" % fmt(times["save"]))
+    print("  state.commit()         %s   file %.1f MB" % (fmt(times["commit"]), size / 1e6))
+    for k, share in rows["share_every"].items():
+        print("  commit every %2d steps: %.1f%% of the steps' time" % (k, 100 * share))
+    return rows
+
+
+def recovery_rows():
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from elastic_hosts import LocalHosts, unavailable
+    why = unavailable()
+    if why:
+        print("recovery: skipped (%s)" % why)
+        return None
+    h = LocalHosts()
+    try:
+        h.set_hosts("ha:1\nhb:1\n")
+        log = os.path.join(h.root, "log")
+        env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", ELASTIC_LOG=log,
+                   ELASTIC_KILL="0:1:5", ELASTIC_KILL_HOST="1", ELASTIC_TIMES="1", **h.env())
+        t0 = time.time()
+        proc = subprocess.run([sys.executable, "-m", "mxhorovodrun", "-np", "2", "--min-np", "1",
+                               "--host-discovery-script", h.discovery, "--ssh-command",
+                               h.standin, sys.executable,
+                               os.path.join(ROOT, "tests", "workers", "elastic_train.py")],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, timeout=300, cwd=ROOT)
+        if proc.returncode != 0:
+            print(proc.stdout[-3000:])
+            return None
+        stamps = [line.split() for line in open(log) if line.startswith("TIME ")]
+        killed = [float(w[2]) for w in stamps if w[1] == "kill"][0]
+        first = [float(w[3]) for w in stamps if w[1] == "step" and w[2] == "1"][0]
+        started = [float(w[3]) for w in stamps if w[1] == "start" and w[2] == "1"][0]
+        row = {"kill_to_start_s": started - killed, "kill_to_first_step_s": first - killed,
+               "total_s": time.time() - t0}
+        print("recovery (2 fake hosts x 1 rank, hb SIGKILLed): kill -> new job's training "
+              "function %.1f s, -> its first step %.1f s" % (row["kill_to_start_s"],
+                                                              row["kill_to_first_step_s"]))
+        return row
+    finally:
+        h.close()
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--recovery", action="store_true")
+    p.add_argument("--no-commit", action="store_true")
+    a = p.parse_args()
+    out = {"benchmark": "elastic", "machine": os.uname().nodename}
+    if not a.no_commit:
+        out["commit"] = commit_rows(a.batch, a.reps)
+    if a.recovery:
+        out["recovery"] = recovery_rows()
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

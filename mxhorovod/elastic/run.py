@@ -1,0 +1,116 @@
+"""``hvd.elastic.run``: the training function's wrapper (Horovod's ``run_fn``).
+
+Horovod's wrapper calls the function again in the same process after a reset. mxhorovod
+cannot (an MPI world cannot shrink or grow, and MPI starts once per process), so a reset
+ends this job's processes and the elastic driver starts new ones; the wrapper does at each
+start what Horovod's does after a reset:
+
+1. finds the newest commit any host holds, loads it on a rank that has it, and syncs it to
+   every rank (new hosts included); with no commit anywhere, rank 0's state;
+2. in every job after the first (a reset), calls the state's reset callbacks;
+3. calls the function; then, when it raises:
+
+   - ``HostsUpdatedInterrupt`` (every rank, at the same commit): the ranks shut down and
+     exit with code 75; the driver starts the next job on the new hosts;
+   - ``HorovodInternalError``, or an error of a collective that names a lost peer: the
+     rank prints ``mxhorovod elastic: peer lost: rank R (host H): ...`` and exits at once
+     with code 76; the driver leaves the host out and starts again;
+   - anything else (a bug of the script): raised as usual, and the job ends (no retry).
+
+Under plain ``mpirun`` the function runs once, as a fixed-size job (one warning).
+"""
+import functools
+import os
+import re
+import socket
+import sys
+
+from mxhorovod.elastic import runtime
+from mxhorovod.elastic.state import HorovodInternalError, HostsUpdatedInterrupt
+from mxhorovod.log import get_logger
+from mxhorovod.runner.elastic_protocol import (EXIT_HOSTS_UPDATED, EXIT_PEER_LOST,
+                                                PEER_LOST_MARKER)
+
+__all__ = ["run", "is_peer_loss"]
+
+# Errors of a collective that mean a peer or host was lost, not a bug of the script. The
+# transfer bound between hosts (MXHOROVOD_*_TIMEOUT of the cluster issue) names the peer
+# host in its error: "... host 'h2' ...".
+PEER_LOSS_PATTERNS = [
+    re.compile(r"(?:peer|host)\b.*\b(?:lost|unreachable|timed out|did not answer|no answer|"
+               r"connection (?:reset|refused|closed))", re.IGNORECASE),
+]
+_HOST_IN_TEXT = re.compile(r"host '?([\w.-]+)'?")
+
+
+def is_peer_loss(error):
+    """Whether ``error`` (an exception) says that a peer or host was lost."""
+    if isinstance(error, HorovodInternalError):
+        return True
+    text = str(error)
+    return any(p.search(text) for p in PEER_LOSS_PATTERNS)
+
+
+def _peer_lost(error):
+    from mxhorovod import rank
+    m = _HOST_IN_TEXT.search(str(error))
+    line = "%s: rank %d (host %s): %s" % (PEER_LOST_MARKER, rank(), m.group(1) if m else "?",
+                                          str(error).replace("\n", " ")[:500])
+    try:
+        sys.stdout.flush()
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    finally:
+        # No MPI_Finalize: it would wait for the lost peer. The launcher ends the others.
+        os._exit(EXIT_PEER_LOST)
+
+
+def _hosts_updated():
+    import mxhorovod as hvd
+    get_logger().info("hvd.elastic: hosts changed; this job ends at this commit and the "
+                      "driver starts the next one")
+    hvd.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    sys.exit(EXIT_HOSTS_UPDATED)
+
+
+def run(func):
+    """Decorator of the training function ``func(state, *args, **kwargs)`` (``state``: an
+    ``hvd.elastic.State``). Returns the function's result. See the module for what
+    happens at each start and on each error.
+
+    Raises:
+        whatever ``func`` raises, but for the elastic cases above (which end the process
+        under the driver).
+    """
+    @functools.wraps(func)
+    def wrapper(state, *args, **kwargs):
+        import mxhorovod as hvd
+        if not hvd.is_initialized():
+            raise RuntimeError("hvd.elastic.run: call hvd.init() before the training function")
+        if not runtime.elastic():
+            if hvd.rank() == 0:
+                runtime.warn_once("plain", "hvd.elastic.run: not started by mxhorovodrun's "
+                                  "elastic mode (--host-discovery-script); running as a "
+                                  "fixed-size job of %d ranks, with no reset", hvd.size())
+            state.sync(0)
+            return func(state, *args, **kwargs)
+        try:
+            root, best = runtime.load_best(state)
+            state.sync(root)
+            if best is not None:
+                runtime.persist(state)  # a host new to the job gets a copy too
+            if runtime.generation() > 0:
+                state.on_reset()
+            result = func(state, *args, **kwargs)
+        except HostsUpdatedInterrupt:
+            _hosts_updated()
+        except Exception as e:  # noqa: BLE001 - sorted below
+            if is_peer_loss(e):
+                _peer_lost(e)
+            raise
+        if hvd.local_rank() == 0:
+            runtime.store().remove()  # done: this host's commits of the job go
+        return result
+    return wrapper

@@ -1,0 +1,460 @@
+"""mxhorovodrun's elastic driver: runs the training as a series of mpirun jobs on the hosts
+that the discovery script reports, starting the next job after a host was lost or added.
+
+    mxhorovodrun -np 4 --min-np 2 --max-np 8 --host-discovery-script ./hosts.sh \\
+        python train.py
+
+Each job is an ordinary mxhorovodrun job (hydra; each rank under the rank guard) with
+MXHOROVOD_ELASTIC=1 and the job's generation, id, host-set version and the driver's address
+in its environment (mxhorovodrun/elastic_protocol.py). The driver:
+
+- runs the discovery script at start (a failure, or a line that is not ``host`` or
+  ``host:slots``, is an error at once) and then every second while a job runs (failures are
+  retried; the last good answer stands);
+- starts a job on min(all slots of the usable hosts, --max-np) ranks once at least --min-np
+  slots are there, waiting up to --elastic-timeout seconds (else the job ends, naming the
+  lost hosts and why they were lost);
+- answers rank 0's question at each ``state.commit()``: has the host set changed since this
+  job started? (a TCP service on this host); if so every rank stops at that commit (exit 75)
+  and the next job starts on the new hosts;
+- after a job that failed because a rank was killed (the rank guard's line) or lost a peer
+  (``mxhorovod elastic: peer lost``), or whose host does not answer ssh any more, leaves
+  those hosts out (for good, or for --blacklist-cooldown-range) and starts the next job
+  (at most --reset-limit times); a failure of the script itself (an unhandled exception, a
+  non-zero exit) ends the whole run with that job's status: it would fail again.
+
+This host, where the driver runs, is the run's single point of failure (as in Horovod).
+"""
+import copy
+import logging
+import os
+import random
+import re
+import shlex
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+
+from mxhorovodrun.elastic_protocol import (ENV_DRIVER, ENV_ELASTIC, ENV_GENERATION,
+                                           ENV_HOSTS_VERSION, ENV_JOB_ID, EXIT_HOSTS_UPDATED,
+                                           KILLED_RE, PEER_LOST_RE, TRANSFER_TIMEOUT_RE,
+                                           USER_ERROR_MARKER)
+from mxhorovodrun.hosts import assign_ranks, hosts_text
+from mxhorovodrun.startup import Deadline, check_hosts, remote_hosts
+
+__all__ = ["DiscoveryError", "Discovery", "Blacklist", "run_elastic"]
+
+log = logging.getLogger("mxhorovodrun")
+
+DEFAULT_ELASTIC_TIMEOUT = 600
+DISCOVERY_PERIOD_S = 1.0
+DISCOVERY_TIMEOUT_S = 30.0
+_HOST_LINE = re.compile(r"^([\w.-]+)(?::(\d+))?$")
+
+
+class DiscoveryError(RuntimeError):
+    """The discovery script failed or printed something that is not a host list."""
+
+
+class Discovery:
+    """Runs the host discovery script: ``[(host, slots), ...]`` in its order."""
+
+    def __init__(self, script, slots_per_host=None, timeout=DISCOVERY_TIMEOUT_S):
+        self.script = script
+        self.slots_per_host = slots_per_host or 1
+        self.timeout = timeout
+
+    def find(self):
+        """Raises DiscoveryError (the message names the script and what went wrong)."""
+        argv = [self.script] if os.path.isfile(self.script) and os.access(self.script, os.X_OK) \
+            else ["/bin/sh", "-c", self.script]
+        try:
+            proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            raise DiscoveryError("host discovery script %s did not finish within %g s"
+                                 % (self.script, self.timeout)) from None
+        except OSError as e:
+            raise DiscoveryError("cannot run the host discovery script %s: %s"
+                                 % (self.script, e.strerror or e)) from None
+        if proc.returncode != 0:
+            err = proc.stderr.decode(errors="replace").strip()[-500:]
+            raise DiscoveryError("host discovery script %s failed (exit %d)%s"
+                                 % (self.script, proc.returncode, ": " + err if err else ""))
+        hosts, seen = [], set()
+        for number, line in enumerate(proc.stdout.decode(errors="replace").splitlines(), 1):
+            text = line.strip()
+            if not text:
+                continue
+            m = _HOST_LINE.match(text)
+            if not m or (m.group(2) is not None and int(m.group(2)) < 1):
+                raise DiscoveryError("host discovery script %s, line %d: %r is not 'host' or "
+                                     "'host:slots' (slots >= 1)" % (self.script, number, line))
+            if m.group(1) in seen:
+                continue
+            seen.add(m.group(1))
+            hosts.append((m.group(1), int(m.group(2)) if m.group(2) else self.slots_per_host))
+        return hosts
+
+
+class Blacklist:
+    """Hosts left out after a failure: for good, or, with ``cooldown`` = (low, high)
+    seconds, for low * 2**(failures - 1) seconds (at most high), plus up to 10% jitter."""
+
+    def __init__(self, cooldown=None, clock=time.monotonic):
+        self.cooldown = cooldown
+        self.clock = clock
+        self.failures = {}
+        self.until = {}
+        self.reasons = {}
+
+    def add(self, host, reason):
+        n = self.failures.get(host, 0) + 1
+        self.failures[host] = n
+        self.reasons[host] = reason
+        if self.cooldown is None:
+            self.until[host] = float("inf")
+        else:
+            low, high = self.cooldown
+            delay = min(high, low * 2 ** (n - 1))
+            self.until[host] = self.clock() + delay * (1 + 0.1 * random.random())
+
+    def blocked(self, host):
+        return self.until.get(host, 0) > self.clock()
+
+
+class _HostService(threading.Thread):
+    """Answers ``hosts_version`` with the current version of the host set (TCP)."""
+
+    def __init__(self):
+        super().__init__(daemon=True, name="mxhorovodrun-elastic-hosts")
+        self.version = 0
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("0.0.0.0", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+
+    def run(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                try:
+                    conn.settimeout(5)
+                    if conn.recv(64).startswith(b"hosts_version"):
+                        conn.sendall(b"%d\n" % self.version)
+                except OSError:
+                    pass
+
+
+def _nic_address(nic):
+    import fcntl
+    import struct
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        packed = fcntl.ioctl(s.fileno(), 0x8915,  # SIOCGIFADDR
+                             struct.pack("256s", nic.encode()[:15]))
+    return socket.inet_ntoa(packed[20:24])
+
+
+def driver_address(hosts, nics):
+    """The address the ranks reach this host at: the first of --network-interfaces, else
+    127.0.0.1 when every host is this one, else this host's name resolved."""
+    if nics:
+        try:
+            return _nic_address(sorted(nics)[0])
+        except OSError:
+            pass
+    if not remote_hosts(hosts):
+        return "127.0.0.1"
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return socket.gethostname()
+
+
+class _Scanner:
+    """A console file for the output relay: writes through to ``target`` and notes the
+    markers of the ranks' lines (killed ranks, lost peers, script errors)."""
+
+    _TAG = re.compile(rb"^(?:.*? )?\[(\d+)\] ")
+
+    def __init__(self, target, events):
+        self.target = target
+        self.events = events
+        self.pending = b""
+
+    def write(self, data):
+        self.target.write(data)
+        self.pending += data
+        *lines, self.pending = self.pending.split(b"\n")
+        for line in lines:
+            self._scan(line.decode(errors="replace"))
+
+    def flush(self):
+        self.target.flush()
+
+    def _scan(self, line):
+        m = KILLED_RE.search(line)
+        if m:
+            self.events["killed"][int(m.group(1))] = m.group(2)
+            return
+        m = PEER_LOST_RE.search(line)
+        if m:
+            self.events["peer_lost"].append((int(m.group(1)), m.group(2), m.group(3)))
+            return
+        m = TRANSFER_TIMEOUT_RE.search(line)
+        if m:
+            tag = self._TAG.match(line.encode())
+            for peer in re.split(r"[,\s]+", m.group(1)):
+                if peer:
+                    self.events["peer_lost"].append(
+                        (int(tag.group(1)) if tag else -1, peer,
+                         "transfer from host %s timed out" % m.group(2)))
+            return
+        if USER_ERROR_MARKER in line and "mxhorovod:" in line:
+            self.events["user_error"].append(line.strip())
+
+
+class _SignalsNoted:
+    """mpirun's Popen, noting the signals the output relay forwards to it (the user's
+    Ctrl-C or a SIGTERM of the launcher: the run ends, no reset)."""
+
+    def __init__(self, proc, noted):
+        self._proc = proc
+        self._noted = noted
+
+    def send_signal(self, signum):
+        self._noted.append(signum)
+        self._proc.send_signal(signum)
+
+    def __getattr__(self, name):
+        return getattr(self._proc, name)
+
+
+class ElasticDriver:
+    """See the module. ``args``: mxhorovodrun's parsed arguments."""
+
+    def __init__(self, args, environ=None, popen=subprocess.Popen, clock=time.monotonic,
+                 sleep=time.sleep):
+        self.args = args
+        self.environ = dict(os.environ if environ is None else environ)
+        self.popen = popen
+        self.clock = clock
+        self.sleep = sleep
+        self.discovery = Discovery(args.host_discovery_script, args.slots_per_host)
+        self.blacklist = Blacklist(tuple(args.blacklist_cooldown_range)
+                                   if args.blacklist_cooldown_range else None, clock)
+        self.timeout = args.elastic_timeout or DEFAULT_ELASTIC_TIMEOUT
+        self.min_np = args.min_np
+        self.max_np = args.max_np
+        self.job_id = "mxh-%s" % uuid.uuid4().hex[:12]
+        self.service = _HostService()
+        self.hosts = []            # the discovery's last good answer
+        self.discovery_error = None
+        self.lock = threading.Lock()
+        self.job_assignment = None
+        self.lost = {}             # host -> why it was left out (for the final error)
+
+    # --- hosts ---
+    def _usable(self, hosts):
+        return [(h, s) for h, s in hosts if not self.blacklist.blocked(h)]
+
+    def _assignment(self, hosts):
+        usable = self._usable(hosts)
+        total = sum(s for _, s in usable)
+        if total < self.min_np:
+            return None
+        np = min(total, self.max_np) if self.max_np else total
+        return assign_ranks(usable, np)
+
+    def _discover(self):
+        try:
+            hosts = self.discovery.find()
+        except DiscoveryError as e:
+            with self.lock:
+                if self.discovery_error is None:
+                    log.warning("warning: %s; retrying every %g s", e, DISCOVERY_PERIOD_S)
+                self.discovery_error = str(e)
+            return
+        with self.lock:
+            self.hosts = hosts
+            self.discovery_error = None
+            if self.job_assignment is not None and \
+                    self._assignment(hosts) != self.job_assignment:
+                # Rank 0 sees a new version at its next commit (elastic_protocol).
+                self.service.version += 1
+                self.job_assignment = None  # one bump per job
+
+    def _watch(self, stop):
+        while not stop.wait(DISCOVERY_PERIOD_S):
+            self._discover()
+
+    def _wait_for_slots(self):
+        """The next job's [(host, ranks)], or None after --elastic-timeout (logged)."""
+        end = self.clock() + self.timeout
+        while True:
+            with self.lock:
+                assignment = self._assignment(self.hosts)
+            if assignment is not None:
+                return assignment
+            if self.clock() >= end:
+                with self.lock:
+                    usable = self._usable(self.hosts)
+                    error = self.discovery_error
+                lost = "; ".join("%s: %s" % (h, why) for h, why in sorted(self.lost.items()))
+                log.error("error: only %d slots (%s) for --min-np %d after waiting "
+                          "--elastic-timeout %d s; the job ends. Hosts lost: %s%s",
+                          sum(s for _, s in usable), hosts_text(usable) or "no host",
+                          self.min_np, self.timeout, lost or "none",
+                          "; the discovery script fails: %s" % error if error else "")
+                return None
+            self.sleep(min(DISCOVERY_PERIOD_S, max(0.0, end - self.clock())))
+            self._discover()
+
+    # --- one job ---
+    def _run_job(self, assignment, generation):
+        from mxhorovodrun.launch import prepare
+        from mxhorovodrun.output import capture_patterns, run_captured
+        from mxhorovodrun.mpi import HYDRA, INTEL_MPI, LaunchError
+        np = sum(n for _, n in assignment)
+        args = copy.copy(self.args)
+        args.hosts, args.hostfile, args.num_proc = hosts_text(assignment), None, np
+        env = dict(self.environ)
+        address = driver_address(assignment, args.nics)
+        env.update({ENV_ELASTIC: "1", ENV_GENERATION: str(generation), ENV_JOB_ID: self.job_id,
+                    ENV_DRIVER: "%s:%d" % (address, self.service.port),
+                    ENV_HOSTS_VERSION: str(self.service.version)})
+        capture_dir = tempfile.mkdtemp(prefix="mxhorovodrun-")
+        mpi, argv, env, notes = prepare(args, environ=env, capture_dir=capture_dir)
+        if mpi.flavour not in (HYDRA, INTEL_MPI):
+            raise LaunchError("elastic training runs with MPICH's hydra or Intel MPI; %s "
+                              "is %s" % (mpi.path, mpi.flavour))
+        if generation == 0:
+            for note in notes:
+                log.warning("warning: %s", note)
+        log.info("%s", " ".join(shlex.quote(a) for a in argv))
+        events = {"killed": {}, "peer_lost": [], "user_error": [], "signals": []}
+        console = (_Scanner(sys.stdout.buffer, events), _Scanner(sys.stderr.buffer, events))
+
+        def popen(*a, **kw):
+            return _SignalsNoted(self.popen(*a, **kw), events["signals"])
+        code = run_captured(argv, env, np, capture_dir, output_filename=args.output_filename,
+                            timestamps=args.prefix_output_with_timestamp, console=console,
+                            popen=popen)
+        return code, events
+
+    def _lost_hosts(self, assignment, events):
+        """{host: why} of the job's hosts that were lost."""
+        rank_host = [h for h, n in assignment for _ in range(n)]
+        lost = {}
+        for rank, signal_name in sorted(events["killed"].items()):
+            if rank < len(rank_host):
+                lost.setdefault(rank_host[rank], "rank %d was killed by %s" % (rank, signal_name))
+        names = {h for h, _ in assignment}
+        unknown = False
+        # A host whose link is down is named by the ranks of every other host, and names
+        # them all: with two hosts (or one reporter) that is a tie, which ssh decides below.
+        reporters = {}
+        for rank, host, text in events["peer_lost"]:
+            if host in names:
+                where = rank_host[rank] if 0 <= rank < len(rank_host) else None
+                reporters.setdefault(host, {})[where] = "rank %d lost it: %s" % (rank, text[:200])
+            else:
+                unknown = True
+        for host, by in reporters.items():
+            if len(set(by) - {host}) >= 2 or (len(names) == 2 and len(reporters) == 1):
+                lost.setdefault(host, sorted(by.values())[0])
+            else:
+                unknown = True
+        if not lost or unknown:
+            problems = check_hosts(assignment, Deadline(30), ssh_command=self.args.ssh_command,
+                                   ssh_port=self.args.ssh_port,
+                                   ssh_identity_file=self.args.ssh_identity_file,
+                                   environ=self.environ)
+            for text in problems:
+                for host in names:
+                    if text.startswith("host %s " % host):
+                        lost.setdefault(host, text)
+        return lost
+
+    def run(self):
+        """Returns the exit status of the run."""
+        try:
+            self.hosts = self.discovery.find()
+        except DiscoveryError as e:
+            log.error("error: %s", e)
+            return 1
+        self.service.start()
+        stop = threading.Event()
+        watcher = threading.Thread(target=self._watch, args=(stop,), daemon=True,
+                                   name="mxhorovodrun-elastic-discovery")
+        watcher.start()
+        generation, resets = 0, 0
+        try:
+            while True:
+                assignment = self._wait_for_slots()
+                if assignment is None:
+                    return 1
+                with self.lock:
+                    self.job_assignment = assignment
+                log.warning("mxhorovodrun elastic: job %d on %d ranks: %s", generation,
+                            sum(n for _, n in assignment), hosts_text(assignment))
+                started = self.clock()
+                code, events = self._run_job(assignment, generation)
+                with self.lock:
+                    self.job_assignment = None
+                if code == 0:
+                    return 0
+                if events["signals"]:
+                    log.error("error: the job was interrupted (signal %d); no reset",
+                              events["signals"][-1])
+                    return code or 128 + events["signals"][-1]
+                if events["user_error"] and not (events["killed"] or events["peer_lost"]):
+                    # (A rank killed or a peer lost first: the others' errors follow from it.)
+                    log.error("error: the training script failed (exit %d: %s); an error of "
+                              "the script is not retried", code, events["user_error"][0][:300])
+                    return code
+                lost = {}
+                if code != EXIT_HOSTS_UPDATED or events["killed"] or events["peer_lost"]:
+                    lost = self._lost_hosts(assignment, events)
+                    if not lost:
+                        log.error("error: the job failed (exit %d) and no host was lost; "
+                                  "not retried", code)
+                        return code
+                for host, why in lost.items():
+                    log.warning("mxhorovodrun elastic: host %s left out: %s", host, why)
+                    self.blacklist.add(host, why)
+                    self.lost[host] = why
+                if code == EXIT_HOSTS_UPDATED and not lost:
+                    log.warning("mxhorovodrun elastic: the hosts changed; job %d ended at a "
+                                "commit after %.1f s", generation, self.clock() - started)
+                resets += 1
+                if self.args.reset_limit is not None and resets > self.args.reset_limit:
+                    log.error("error: --reset-limit %d reached; the job ends",
+                              self.args.reset_limit)
+                    return code or 1
+                generation += 1
+                self._discover()
+        finally:
+            stop.set()
+            try:
+                self.service.sock.close()
+            except OSError:
+                pass
+
+
+def run_elastic(args, environ=None, popen=subprocess.Popen):
+    """Runs the elastic driver for mxhorovodrun's parsed ``args``; returns the exit status."""
+    from mxhorovodrun.mpi import LaunchError
+    try:
+        return ElasticDriver(args, environ, popen).run()
+    except (LaunchError, ValueError, OSError) as e:
+        log.error("error: %s", e)
+        return 1

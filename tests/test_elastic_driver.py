@@ -1,0 +1,250 @@
+"""mxhorovodrun's elastic driver on hosts of this machine (tests/elastic_hosts.py: each host
+in mount and UTS namespaces of its own, with a private commit directory), every rank
+started by the launcher, running tests/workers/elastic_train.py.
+
+Each training test checks the run's log against an independent replay: the job after a
+reset starts from the newest commit of the job before (no committed step lost), the steps
+kept (each job's steps up to its last commit) cover every sample of every epoch exactly
+once (none applied twice), and one process replaying those global batches in order ends
+with the parameters the job ended with."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from elastic_hosts import LocalHosts, unavailable
+from mpirun import REPO, worker_env, worker_path
+
+pytestmark = pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
+
+N, DIM, CLASSES, EPOCHS = 96, 5, 3, 3
+
+
+@pytest.fixture
+def hosts():
+    h = LocalHosts()
+    yield h
+    h.close()
+
+
+def launcher(hosts, args, **env):
+    full = worker_env(dict(hosts.env(), ELASTIC_LOG=os.path.join(hosts.root, "log"), **env))
+    cmd = [sys.executable, "-m", "mxhorovodrun", "--host-discovery-script", hosts.discovery,
+           "--ssh-command", hosts.standin] + list(args) + [sys.executable,
+                                                            worker_path("elastic_train.py")]
+    return cmd, full
+
+
+def run(hosts, args, timeout=200, **env):
+    cmd, full = launcher(hosts, args, **env)
+    proc = subprocess.Popen(cmd, env=full, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True, cwd=REPO)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        raise AssertionError("timed out after %ss\n%s" % (timeout, out[-6000:]))
+    return proc.returncode, out
+
+
+def read_log(hosts):
+    with open(os.path.join(hosts.root, "log")) as f:
+        return [line.split() for line in f if line.strip()]
+
+
+def history(lines):
+    """[(generation, size, loaded counter, [steps kept], [all commit counters])] and the
+    kept steps in order: each job's steps up to its last COMMIT (a job that ended, END,
+    keeps all)."""
+    jobs = []
+    resets = [words[1:] for words in lines if words[0] == "RESET"]
+    for words in lines:
+        if words[0] == "START":
+            jobs.append({"gen": int(words[1]), "size": int(words[2]),
+                         "loaded": int(words[3]), "events": [], "end": False})
+        elif words[0] == "STEP":
+            jobs[-1]["events"].append(("step", int(words[2]),
+                                       [int(i) for i in words[3].split(",")]))
+        elif words[0] == "COMMIT":
+            jobs[-1]["events"].append(("commit", int(words[2])))
+        elif words[0] == "END":
+            jobs[-1]["end"] = True
+    kept = []
+    for job in jobs:
+        events = job["events"]
+        if not job["end"]:
+            last = max([k for k, e in enumerate(events) if e[0] == "commit"], default=-1)
+            events = events[:last + 1]
+        kept += [(e[1], e[2]) for e in events if e[0] == "step"]
+        job["commits"] = [e[1] for e in job["events"] if e[0] == "commit"]
+    # The reset callbacks ran once in every job after the first, with the new size.
+    assert resets == [[str(j["gen"]), str(j["size"])] for j in jobs[1:]], (resets, jobs)
+    return jobs, kept
+
+
+def replay(kept):
+    """One process, the same model and optimizer, the kept global batches in order."""
+    code = r"""
+import sys, json
+import numpy as np, mxnet as mx
+N, DIM, CLASSES = %d, %d, %d
+rng = np.random.RandomState(0)
+X = rng.rand(N, DIM).astype(np.float32); Y = rng.randint(0, CLASSES, size=N).astype(np.float32)
+mx.random.seed(1)
+net = mx.gluon.nn.Dense(CLASSES, in_units=DIM); net.initialize(mx.init.Xavier())
+tr = mx.gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9},
+                      kvstore=None)
+loss_fn = mx.gluon.loss.SoftmaxCrossEntropyLoss()
+for idx in json.load(open(sys.argv[1])):
+    x, y = mx.nd.array(X[idx]), mx.nd.array(Y[idx])
+    with mx.autograd.record():
+        loss = loss_fn(net(x), y)
+    loss.backward()
+    tr.step(len(idx))
+np.savez(sys.argv[2], weight=net.weight.data().asnumpy(), bias=net.bias.data().asnumpy())
+""" % (N, DIM, CLASSES)
+    import json
+    import tempfile
+    d = tempfile.mkdtemp(prefix="mxh-replay-")
+    with open(os.path.join(d, "b.json"), "w") as f:
+        json.dump([idx for _, idx in kept], f)
+    out = os.path.join(d, "p.npz")
+    proc = subprocess.run([sys.executable, "-c", code, os.path.join(d, "b.json"), out],
+                          env=worker_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout
+    got = dict(np.load(out))
+    return got
+
+
+def check_training(hosts, out, sizes):
+    """The checks of the module docstring; ``sizes``: each job's number of ranks."""
+    jobs, kept = history(read_log(hosts))
+    assert [j["size"] for j in jobs] == sizes, (jobs, out[-3000:])
+    assert jobs[0]["loaded"] == 0
+    for before, after in zip(jobs, jobs[1:]):
+        # The newest commit of the job before: no committed step lost.
+        assert after["loaded"] == before["commits"][-1], (before, after)
+    for epoch in range(EPOCHS):
+        seen = sorted(i for e, idx in kept if e == epoch for i in idx)
+        assert seen == list(range(N)), "epoch %d: samples repeated or skipped: %s" % (epoch, seen)
+    final = dict(np.load(os.path.join(hosts.root, "log.params.npz")))
+    expect = replay(kept)
+    for key, value in final.items():
+        short = "weight" if key.endswith("weight") else "bias"
+        np.testing.assert_allclose(value, expect[short], rtol=1e-4, atol=1e-5, err_msg=key)
+    return jobs
+
+
+def test_host_killed_mid_epoch_goes_on_with_the_others(hosts):
+    # Both ranks of hb SIGKILLed after job 0's 7th step (epoch 1, one step after a commit).
+    hosts.set_hosts("ha:2\nhb:2\n")
+    code, out = run(hosts, ["-np", "4", "--min-np", "2"], ELASTIC_KILL="0:1:7",
+                    ELASTIC_KILL_HOST="1")
+    assert code == 0, out[-6000:]
+    assert "host hb left out: rank 2 was killed by SIGKILL" in out or \
+        "host hb left out: rank 3 was killed by SIGKILL" in out, out[-4000:]
+    jobs = check_training(hosts, out, [4, 2])
+    assert jobs[0]["commits"][-1] == 4 and jobs[1]["loaded"] == 4
+    # hb keeps its own last commit (job 0's), ha's were removed when training ended.
+    assert [os.path.basename(p) for p in hosts.host_commits("hb")] == ["commit-0-4"]
+    assert hosts.host_commits("ha") == []
+
+
+def test_host_added_joins_at_a_commit(hosts):
+    hosts.set_hosts("ha:2\n")
+    cmd, env = launcher(hosts, ["-np", "2", "--min-np", "2", "--max-np", "4"],
+                        ELASTIC_STEP_SLEEP="0.3")
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True, cwd=REPO)
+    try:
+        log = os.path.join(hosts.root, "log")
+        end = time.monotonic() + 120
+        while time.monotonic() < end and not (os.path.exists(log) and
+                                              "STEP" in open(log).read()):
+            time.sleep(0.2)
+        hosts.set_hosts("ha:2\nhb:2\n")
+        out, _ = proc.communicate(timeout=200)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        raise AssertionError(out[-6000:])
+    assert proc.returncode == 0, out[-6000:]
+    assert "the hosts changed" in out
+    jobs = check_training(hosts, out, [2, 4])
+    # hb got the state at its first commit and trained from it.
+    assert jobs[1]["loaded"] == jobs[0]["commits"][-1]
+
+
+def test_below_min_np_ends_naming_the_lost_host(hosts):
+    hosts.set_hosts("ha:2\nhb:2\n")
+    started = time.monotonic()
+    code, out = run(hosts, ["-np", "4", "--min-np", "3", "--elastic-timeout", "3"],
+                    ELASTIC_KILL="0:1:3", ELASTIC_KILL_HOST="1")
+    assert code == 1, out[-4000:]
+    assert ("error: only 2 slots (ha:2) for --min-np 3 after waiting --elastic-timeout 3 s; the "
+            "job ends. Hosts lost: hb: rank ") in out, out[-4000:]
+    assert "killed by SIGKILL" in out.split("Hosts lost:")[1]
+    assert time.monotonic() - started < 120
+
+
+def test_script_error_is_not_retried(hosts):
+    hosts.set_hosts("ha:1\nhb:1\n")
+    code, out = run(hosts, ["-np", "2"], ELASTIC_FAIL="0:3")
+    assert code != 0, out[-4000:]
+    assert "an error of the script is not retried" in out, out[-4000:]
+    assert out.count("elastic: job ") == 1, out[-4000:]
+
+
+def test_discovery_failing_at_start_is_an_error_at_once(hosts):
+    hosts.fail_discovery()
+    started = time.monotonic()
+    code, out = run(hosts, ["-np", "2"])
+    assert code == 1
+    assert "error: host discovery script %s failed (exit 3): discovery broke" % hosts.discovery \
+        in out, out
+    assert time.monotonic() - started < 20
+
+
+def test_discovery_printing_garbage_is_an_error(hosts):
+    hosts.set_hosts("ha:2\nnot a host\n")
+    code, out = run(hosts, ["-np", "2"])
+    assert code == 1
+    assert "line 2: 'not a host' is not 'host' or 'host:slots'" in out, out
+
+
+def test_interrupt_ends_the_run_without_a_reset(hosts):
+    # SIGINT to the launcher (a Ctrl-C): the ranks end, and no new job starts.
+    hosts.set_hosts("ha:1\nhb:1\n")
+    cmd, env = launcher(hosts, ["-np", "2"], ELASTIC_STEP_SLEEP="0.5")
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True, cwd=REPO)
+    try:
+        log = os.path.join(hosts.root, "log")
+        end = time.monotonic() + 120
+        while time.monotonic() < end and not (os.path.exists(log) and "STEP" in open(log).read()):
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        raise AssertionError(out[-6000:])
+    assert proc.returncode != 0, out[-3000:]
+    assert "the job was interrupted (signal 2); no reset" in out, out[-3000:]
+    assert out.count("elastic: job ") == 1, out[-3000:]
+
+
+def test_reset_limit_ends_the_run(hosts):
+    hosts.set_hosts("ha:1\nhb:1\n")
+    code, out = run(hosts, ["-np", "2", "--min-np", "1", "--reset-limit", "0"],
+                    ELASTIC_KILL="0:1:3", ELASTIC_KILL_HOST="1")
+    assert code != 0, out[-4000:]
+    assert "host hb left out: rank 1 was killed by SIGKILL" in out, out[-4000:]
+    assert "error: --reset-limit 0 reached; the job ends" in out, out[-4000:]
+    assert out.count("elastic: job ") == 1, out[-4000:]
