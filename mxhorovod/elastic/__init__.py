@@ -1,5 +1,5 @@
 """Elastic training (Horovod's elastic API): the job survives lost hosts and grows onto new
-ones when started by ``mxhorovodrun --host-discovery-script ...``.
+ones when started by ``mxhorovodrun --host-discovery-script ...``::
 
     import mxhorovod as hvd
     hvd.init()
