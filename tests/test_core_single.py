@@ -118,6 +118,7 @@ def test_init_twice_and_after_shutdown():
 
 
 def test_init_with_rank_list_and_mpi4py_comm():
+    pytest.importorskip("mpi4py")  # optional: the [mpi4py] extra (tests/test_install.py)
     from mpi4py import MPI
     hvd.init(comm=[0])
     assert hvd.size() == 1

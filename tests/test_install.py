@@ -1,0 +1,96 @@
+"""One wheel for every node: a wheel built from the sdist in venv A (pip's defaults: build
+isolation) installs into venv B, which holds only mxnet, numpy and mpich, after A is gone;
+there it binds to B's libmxnet and libmpi, runs a 2-rank allreduce and passes the
+single-process core tests. About 4 minutes on 2 cores (one build)."""
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTED = {}  # the tested versions of requirements.txt: name -> "name==version"
+with open(os.path.join(ROOT, "requirements.txt")) as _f:
+    for _line in _f:
+        _m = re.match(r"([A-Za-z0-9_.-]+)==\S+", _line)
+        if _m:
+            TESTED[_m.group(1).lower()] = _m.group(0)
+
+ALLREDUCE = """
+import numpy as np
+import mxnet as mx
+import mxhorovod as hvd
+hvd.init()
+x = mx.nd.array(np.arange(5) + 10 * hvd.rank(), dtype="float32")
+got = hvd.allreduce(x, average=False, name="x").asnumpy()
+want = sum(np.arange(5) + 10 * r for r in range(hvd.size()))
+assert hvd.size() == 2 and np.array_equal(got, want), (got, want)
+print("RANK %d OK" % hvd.rank(), flush=True)
+"""
+
+
+def _run(cmd, timeout, **kw):
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=timeout, **kw)
+    assert proc.returncode == 0, "%s exited %d:\n%s" % (" ".join(map(str, cmd)),
+                                                      proc.returncode, proc.stdout[-6000:])
+    return proc.stdout
+
+
+def _venv(path):
+    base = getattr(sys, "_base_executable", sys.executable)
+    _run([base, "-m", "venv", str(path)], 120)
+    return str(path / "bin" / "python")
+
+
+@pytest.mark.slow
+def test_wheel_built_in_one_venv_runs_in_another(tmp_path):
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PIP_NO_BUILD_ISOLATION")}
+    pip = ["-m", "pip", "--disable-pip-version-check", "-q"]
+    dist = tmp_path / "dist"
+    # The sdist, then in venv A a wheel from it, with pip's defaults.
+    _run([sys.executable, "-m", "build", "--sdist", "--no-isolation", "--outdir", str(dist),
+          ROOT], 300, env=env)
+    sdist = glob.glob(str(dist / "*.tar.gz"))[0]
+    venv_a = tmp_path / "a"
+    _run([_venv(venv_a)] + pip + ["wheel", "--no-deps", "-w", str(dist), sdist], 1200, env=env)
+    wheel = glob.glob(str(dist / "*.whl"))[0]
+    shutil.rmtree(venv_a)
+
+    # Venv B: the user's environment, and no compiler anywhere on its way.
+    venv_b = tmp_path / "b"
+    py_b = _venv(venv_b)
+    no_cc = dict(env, CC="/nonexistent/cc", CXX="/nonexistent/c++")
+    _run([py_b] + pip + ["install", TESTED["mxnet"], TESTED["numpy"], TESTED["mpich"],
+                         TESTED["pytest"], wheel], 900, env=no_cc)
+    core = glob.glob(str(venv_b / "lib" / "python*" / "site-packages" / "mxhorovod" / "_core*.so"))
+    with open(core[0], "rb") as f:
+        assert str(venv_a).encode() not in f.read()  # no path of the build venv
+
+    out = _run([str(venv_b / "bin" / "mxhorovodrun"), "--check-build"], 300, env=no_cc,
+               cwd=str(tmp_path))
+    site = glob.glob(str(venv_b / "lib" / "python*" / "site-packages"))[0]
+    assert "libmxnet loaded: %s/mxnet/libmxnet.so" % os.path.realpath(site) in out, out
+    assert "libmpi loaded: %s (from the mpich wheel)" % os.path.realpath(
+        str(venv_b / "lib" / "libmpi.so.12")) in out, out
+
+    script = tmp_path / "allreduce.py"
+    script.write_text(ALLREDUCE)
+    out = _run([str(venv_b / "bin" / "mpirun"), "-np", "2", py_b, str(script)], 300,
+               env=dict(no_cc, OMP_NUM_THREADS="1"), cwd=str(tmp_path))
+    assert "RANK 0 OK" in out and "RANK 1 OK" in out, out
+
+    # The single-process core tests, against the installed package (a copy of tests/, away
+    # from the checkout, so that nothing imports the checkout's mxhorovod).
+    tests = tmp_path / "tests"
+    shutil.copytree(os.path.join(ROOT, "tests"), str(tests),
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    out = _run([py_b, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                str(tests / "test_core_single.py")], 900, env=dict(no_cc, OMP_NUM_THREADS="1"),
+               cwd=str(tmp_path))
+    assert re.search(r"\d+ passed", out) and "failed" not in out, out[-3000:]
+    assert "1 skipped" in out, out[-3000:]  # the mpi4py test: mpi4py is an optional extra
