@@ -43,8 +43,8 @@ SimdPath SetSimdPath(SimdPath want);
 SimdPath CurrentSimdPath();
 
 // The kernels above on the current path; float16 values as their 16 bits.
-// in and inout: count elements each (they may not overlap, unless equal); src and dst may
-// be equal (in-place scaling).
+// in and inout: count elements each, not overlapping; src and dst may be equal (in-place
+// scaling) but not otherwise overlap.
 void ReduceFloat16(const void* in, void* inout, int64_t count, ReduceOp op);  // Average: Sum
 void ScaledSumFloat16(const void* in, void* inout, int64_t count, float scale);
 void ScaleFloat16(void* dst, const void* src, int64_t count, float scale);
