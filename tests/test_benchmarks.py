@@ -119,6 +119,23 @@ RUNS = {"1 process", "2 independent ranks", "2 ranks in lockstep, no exchange", 
         "mxhorovod bucket views"}
 
 
+def test_fp16():
+    obj = run_script("fp16.py")
+    assert obj["benchmark"] == "fp16"
+    kernel = [r for r in obj["rows"] if r["what"] == "kernel"]
+    assert {r["path"] for r in kernel} >= {"portable"} and all(r["elements"] == 4097 for r in kernel)
+    for r in kernel:
+        for k in ("time_s", "stream_s", "memcpy_s"):
+            check_stats(r[k])
+        assert r["ratio"] == pytest.approx(r["time_s"]["median"] / r["stream_s"]["median"])
+    rows = [r for r in obj["rows"] if r["what"] == "allreduce_"]
+    assert sorted((r["simd"], r["op"]) for r in rows) == [("auto", "Average"), ("auto", "Sum")]
+    for r in rows:
+        check_stats(r["float16_s"])
+        check_stats(r["float32_s"])
+        assert r["ratio"] == pytest.approx(r["float16_s"]["median"] / r["float32_s"]["median"])
+
+
 def test_scaling_mnist():
     obj = run_script("scaling.py", "--model", "mnist", timeout=240)
     runs = {r["run"]: r for r in obj["rows"]}

@@ -167,6 +167,7 @@ def test_plan_fusion_groups_by_key_within_threshold():
     ("MXHOROVOD_CMA", "maybe", "MXHOROVOD_CMA='maybe' is not a boolean"),
     ("MXHOROVOD_CMA_MIN_BYTES", "-5", "MXHOROVOD_CMA_MIN_BYTES='-5' is not a non-negative number"),
     ("MXHOROVOD_CMA_MIN_BYTES", "abc", "not a non-negative number"),
+    ("MXHOROVOD_SIMD", "avx9", "MXHOROVOD_SIMD='avx9' is not one of auto, avx2, portable"),
 ])
 def test_out_of_range_environment_values_are_refused(var, value, needle):
     import os

@@ -15,6 +15,7 @@
 #include "fusion.h"
 #include "host_cores.h"
 #include "logging.h"
+#include "ops/float16.h"
 #include "ops/mpi_wait.h"
 #include "ops/peer_watch.h"
 #include "process_set.h"
@@ -213,6 +214,15 @@ void BackgroundLoop(StartArgs args) {
   std::shared_ptr<ProcessSet> global;
   if (s.ok()) {
     ConfigureLogging(cfg.log, topo.rank);
+    // Each rank its own float16 kernels: every path gives the same bits (ops/float16.h).
+    SimdPath want = SimdPath::kAVX2;
+    ParseSimdPath(cfg.simd, &want);
+    const SimdPath simd = SetSimdPath(want);
+    if (cfg.simd == "avx2" && simd != want) {
+      LogWarning("MXHOROVOD_SIMD=avx2: this CPU lacks AVX2 or F16C; float16 reductions and "
+                 "scaling use the portable kernels");
+    }
+    LogDebug(std::string("float16 kernels: ") + SimdPathName(simd));
     if (!st.we_initialized_mpi && !st.threads_supported) {
       // As Horovod warns: this thread makes MPI calls while the script's threads may too.
       LogWarning("MPI was initialized before hvd.init() without MPI_THREAD_MULTIPLE (e.g. "

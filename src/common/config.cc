@@ -5,6 +5,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "ops/float16.h"
+
 namespace mxhorovod {
 
 double EnvNumber(const char* name, double fallback) {
@@ -77,6 +79,16 @@ Config Config::FromEnv() {
   // [hierarchical allreduce, issue 7] Horovod's reading: a number, on when above 0.
   c.hierarchical_allreduce = EnvNumber("HOROVOD_HIERARCHICAL_ALLREDUCE", 0) > 0;
   c.thread_affinity = EnvCoreList("HOROVOD_THREAD_AFFINITY");
+  if (const char* simd = std::getenv("MXHOROVOD_SIMD")) {
+    SimdPath unused;
+    if (!ParseSimdPath(simd, &unused)) {
+      throw std::invalid_argument(std::string("MXHOROVOD_SIMD='") + simd +
+                                  "' is not one of auto, avx2, portable");
+    }
+    for (const char* p = simd; *p; ++p) {
+      if (!std::isspace((unsigned char)*p)) c.simd += (char)std::tolower((unsigned char)*p);
+    }
+  }
   const char* timeline = std::getenv("HOROVOD_TIMELINE");
   c.timeline = timeline && std::string(timeline) != "DYNAMIC" ? timeline : "";
   c.timeline_mark_cycles = EnvBool("HOROVOD_TIMELINE_MARK_CYCLES", false);

@@ -31,6 +31,9 @@ struct Config {
   bool doorbell = true;                       // MXHOROVOD_DOORBELL: waits sleep on a futex in /dev/shm
   int64_t cma_min_bytes = 64ll << 10;
   bool hierarchical_allreduce = false;        // HOROVOD_HIERARCHICAL_ALLREDUCE (> 0: on)
+  // MXHOROVOD_SIMD, lower case: the float16 kernels (ops/float16.h). "" or "auto": the best
+  // this CPU has; "avx2"; "portable": plain C++ (the same bits, slower).
+  std::string simd;
   // HOROVOD_THREAD_AFFINITY: "c0,c1,...": the background thread of local rank i runs on core
   // ci (host_cores.h); empty: not pinned.
   std::vector<int> thread_affinity;

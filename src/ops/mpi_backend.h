@@ -17,8 +17,8 @@ class MPIBackend : public Backend {
   MPIBackend(MPI_Comm comm, int64_t slice_bytes);
   const char* name() const override { return "MPI"; }
   void set_slice_bytes(int64_t bytes) { slice_bytes_ = bytes > 0 ? bytes : slice_bytes_; }
-  // Sum/Average of float32/float64 use the library's own ops (ops/reduce_ops.h); on a
-  // 2-rank communicator `scale` is applied inside the reduction (*scaled = true).
+  // Sum/Average of float16/float32/float64 use the library's own ops (ops/reduce_ops.h);
+  // on a 2-rank communicator `scale` is applied inside the reduction (*scaled = true).
   Status Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp op, double scale,
                    bool* scaled) override;
   Status Broadcast(void* buf, int64_t bytes, int root) override;
@@ -33,8 +33,8 @@ class MPIBackend : public Backend {
   MPI_Datatype Type(DataType t) const { return ops_.Type(t); }
   MPI_Op Op(DataType t, ReduceOp op) const { return ops_.Op(t, op); }
   // The op of an allreduce wanting its result times `scale`: on a 2-rank communicator a
-  // float32/float64 Sum or Average gets the scaled sum (*scaled = true), else Op(dtype, op)
-  // (*scaled = false). Valid for the next reduction only (ReduceOps::ScaledSum).
+  // float16/float32/float64 Sum or Average gets the scaled sum (*scaled = true), else
+  // Op(dtype, op) (*scaled = false). Valid for the next reduction only (ReduceOps::ScaledSum).
   MPI_Op ReductionOp(DataType dtype, ReduceOp op, double scale, bool* scaled);
 
  private:

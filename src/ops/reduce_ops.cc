@@ -2,6 +2,7 @@
 
 #include <atomic>
 
+#include "ops/float16.h"
 #include "ops/scale.h"
 
 namespace mxhorovod {
@@ -33,6 +34,10 @@ void NanMinMaxOp(void* in_v, void* inout_v, int* len, MPI_Datatype*) {
 // The factor of the scaled sums (see the header: one scaled reduction in flight).
 std::atomic<double> g_scale{1.0};
 
+void Float16ScaledSumOp(void* in, void* inout, int* len, MPI_Datatype*) {
+  ScaledSumFloat16(in, inout, *len, static_cast<float>(g_scale.load(std::memory_order_relaxed)));
+}
+
 template <typename T>
 void ScaledSumOp(void* in_v, void* inout_v, int* len, MPI_Datatype*) {
   const T* __restrict in = static_cast<const T*>(in_v);
@@ -56,6 +61,7 @@ ReduceOps::ReduceOps() {
   MPI_Op_create(&SumOp<double>, 1, &f64_sum_);
   MPI_Op_create(&ScaledSumOp<float>, 1, &f32_scaled_);
   MPI_Op_create(&ScaledSumOp<double>, 1, &f64_scaled_);
+  MPI_Op_create(&Float16ScaledSumOp, 1, &f16_scaled_);
   MPI_Op_create(&NanMinMaxOp<float, true>, 1, &f32_min_);
   MPI_Op_create(&NanMinMaxOp<float, false>, 1, &f32_max_);
   MPI_Op_create(&NanMinMaxOp<double, true>, 1, &f64_min_);
@@ -72,6 +78,7 @@ ReduceOps::~ReduceOps() {
   MPI_Op_free(&f64_sum_);
   MPI_Op_free(&f32_scaled_);
   MPI_Op_free(&f64_scaled_);
+  MPI_Op_free(&f16_scaled_);
   for (MPI_Op* op : {&f32_min_, &f32_max_, &f64_min_, &f64_max_}) MPI_Op_free(op);
 }
 
@@ -114,9 +121,12 @@ MPI_Op ReduceOps::Op(DataType t, ReduceOp op) const {
 }
 
 MPI_Op ReduceOps::ScaledSum(DataType t, double scale) {
-  if (t != DataType::kFloat32 && t != DataType::kFloat64) return MPI_OP_NULL;
+  if (t != DataType::kFloat32 && t != DataType::kFloat64 && t != DataType::kFloat16) {
+    return MPI_OP_NULL;
+  }
   // Published to whichever thread MPI runs the op in by the MPI call that follows.
   g_scale.store(scale, std::memory_order_relaxed);
+  if (t == DataType::kFloat16) return f16_scaled_;
   return t == DataType::kFloat32 ? f32_scaled_ : f64_scaled_;
 }
 

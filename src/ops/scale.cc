@@ -4,6 +4,8 @@
 #include <cstring>
 #include <limits>
 
+#include "ops/float16.h"
+
 namespace mxhorovod {
 namespace {
 
@@ -42,11 +44,6 @@ void ScaleInt(T* dst, const T* src, int64_t n, double factor, int divisor) {
   }
 }
 
-void ScaleHalf(_Float16* dst, const _Float16* src, int64_t n, double f) {
-  const float ff = static_cast<float>(f);
-  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<_Float16>(static_cast<float>(src[i]) * ff);
-}
-
 template <typename T>
 void ScaleReal(T* dst, const T* src, int64_t n, double f) {
   // float32 scaled in float32: what MXNet's own elementwise ops give, and vectorizable.
@@ -64,7 +61,7 @@ void Scale(void* dst, const void* src, int64_t count, DataType dtype, double fac
   switch (dtype) {
     case DataType::kFloat32: ScaleReal(As<float>(dst), As<float>(src), count, f); break;
     case DataType::kFloat64: ScaleReal(As<double>(dst), As<double>(src), count, f); break;
-    case DataType::kFloat16: ScaleHalf(As<_Float16>(dst), As<_Float16>(src), count, f); break;
+    case DataType::kFloat16: ScaleFloat16(dst, src, count, static_cast<float>(f)); break;
     case DataType::kUInt8: ScaleInt(As<uint8_t>(dst), As<uint8_t>(src), count, factor, divisor); break;
     case DataType::kInt8: ScaleInt(As<int8_t>(dst), As<int8_t>(src), count, factor, divisor); break;
     case DataType::kInt32: ScaleInt(As<int32_t>(dst), As<int32_t>(src), count, factor, divisor); break;
@@ -87,22 +84,6 @@ void ScaleCopy(void* dst, const void* src, int64_t count, DataType dtype, double
     return;
   }
   Scale(dst, src, count, dtype, factor, divisor);
-}
-
-void ReduceFloat16(const void* in_v, void* inout_v, int64_t n, ReduceOp op) {
-  const _Float16* in = static_cast<const _Float16*>(in_v);
-  _Float16* io = static_cast<_Float16*>(inout_v);
-  for (int64_t i = 0; i < n; ++i) {
-    float a = static_cast<float>(in[i]), b = static_cast<float>(io[i]);
-    float r;
-    switch (op) {
-      case ReduceOp::kMin: r = NanMin(a, b); break;
-      case ReduceOp::kMax: r = NanMax(a, b); break;
-      case ReduceOp::kProduct: r = a * b; break;
-      default: r = a + b; break;
-    }
-    io[i] = static_cast<_Float16>(r);
-  }
 }
 
 }  // namespace mxhorovod

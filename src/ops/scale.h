@@ -1,5 +1,6 @@
 // Element-wise helpers for the fusion buffer: scale by a factor (prescale/postscale and
-// Average's 1/size) and the float16 reductions that MPI has no built-in type for.
+// Average's 1/size), and the order-independent Min/Max of floating-point values. (The
+// float16 kernels, which these call for float16: ops/float16.h.)
 #ifndef MXHOROVOD_OPS_SCALE_H_
 #define MXHOROVOD_OPS_SCALE_H_
 
@@ -11,8 +12,8 @@
 namespace mxhorovod {
 
 // buf[i] = T(buf[i] * factor / divisor) for count elements (divisor: Average's size).
-// Float16 computes in float32, float32 and float64 multiply by factor/divisor; integers
-// truncate toward zero, as Horovod's: Average alone divides exactly (long double), a
+// Float16 computes in float32 (ops/float16.h), float32 and float64 multiply by
+// factor/divisor; integers truncate toward zero, as Horovod's: Average alone divides exactly (long double), a
 // prescale or postscale factor multiplies in double as Horovod does (x * (factor /
 // divisor), rounded to double, then truncated). No-op when factor / divisor == 1.
 void ScaleBuffer(void* buf, int64_t count, DataType dtype, double factor, int divisor = 1);
@@ -41,10 +42,6 @@ inline T NanMax(T a, T b) {
   if (a == b) return std::signbit(a) ? b : a;
   return a > b ? a : b;
 }
-
-// inout[i] = op(in[i], inout[i]) on IEEE float16 values (computed in float32, rounded back;
-// Min and Max as NanMin / NanMax).
-void ReduceFloat16(const void* in, void* inout, int64_t count, ReduceOp op);
 
 }  // namespace mxhorovod
 

@@ -1,0 +1,134 @@
+"""float16 reductions and scaling (src/ops/float16.h): the kernels on every path against
+numpy for every float16 value, the paths bit-identical, and allreduce on 2 ranks with every
+op that takes float16 on the vector path and on the portable one (MXHOROVOD_SIMD)."""
+import ctypes
+import os
+
+import numpy as np
+import pytest
+
+from mpirun import run_ranks
+
+SUM, MIN, MAX, PRODUCT, SCALED_SUM, SCALE = range(6)
+PORTABLE, AVX2 = 0, 1
+NAN_BITS = 0x7E00  # every NaN result: numpy's float16 nan
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    from mxhorovod import _core
+    fn = ctypes.CDLL(_core.__file__).mxhorovod_float16_kernel
+    fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                   ctypes.c_int64, ctypes.c_double]
+    fn.restype = ctypes.c_int
+
+    def run(path, k, a, b, scale=1.0):
+        """inout = b's copy; returns it (uint16), or None when this CPU lacks the path."""
+        a = np.ascontiguousarray(a, dtype=np.uint16)
+        out = np.array(b, dtype=np.uint16)
+        rc = fn(path, k, a.ctypes.data, out.ctypes.data, a.size, scale)
+        assert rc in (0, -1), rc
+        return out if rc == 0 else None
+    return run
+
+
+def _f32(bits):
+    return bits.view(np.float16).astype(np.float32)
+
+
+def _h(f32):
+    """float32 -> float16 bits, nearest even (numpy), NaN as NAN_BITS."""
+    with np.errstate(all="ignore"):
+        out = f32.astype(np.float16).view(np.uint16).copy()
+    out[np.isnan(f32)] = NAN_BITS
+    return out
+
+
+def expected(k, a_bits, b_bits, scale=1.0):
+    """The kernel's result by numpy: float32 arithmetic, rounded to float16."""
+    a, b = _f32(a_bits), _f32(b_bits)
+    c = np.float32(scale)
+    with np.errstate(all="ignore"):
+        if k == SUM:
+            return _h(a + b)
+        if k == PRODUCT:
+            return _h(a * b)
+        if k == SCALED_SUM:
+            return _h(_f32(_h(a + b)) * c)
+        if k == SCALE:
+            return _h(a * c)
+        r = np.minimum(a, b) if k == MIN else np.maximum(a, b)
+        zeros = (a == 0) & (b == 0)  # -0 below +0, whichever operand holds it
+        neg = np.signbit(a) | np.signbit(b) if k == MIN else np.signbit(a) & np.signbit(b)
+        r[zeros] = np.where(neg[zeros], np.float32(-0.0), np.float32(0.0))
+        return _h(r)
+
+
+def _operands():
+    """Every float16 value against special and random values: (a, b) bit arrays."""
+    every = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    special = [0x0000, 0x8000, 0x0001, 0x8001, 0x03FF, 0x0400, 0x83FF, 0x3C00, 0xBC00,
+               0x3C01, 0x7BFF, 0xFBFF, 0x7BFE, 0x7C00, 0xFC00, 0x7E00, 0xFE00, 0x7C01,
+               0x7D55, 0xFFFF, 0x3555, 0x0200, 0x5640]
+    rng = np.random.default_rng(36)
+    others = np.concatenate([np.array(special, np.uint16), rng.integers(0, 1 << 16, 12, dtype=np.uint16)])
+    a = np.tile(every, others.size)
+    b = np.repeat(others, every.size)
+    return a, b
+
+
+@pytest.mark.parametrize("k,scale", [(SUM, 1.0), (MIN, 1.0), (MAX, 1.0), (PRODUCT, 1.0),
+                                     (SCALED_SUM, 0.5), (SCALED_SUM, 1 / 3), (SCALE, 1 / 3),
+                                     (SCALE, -3.0), (SCALE, 1e-6), (SCALE, 65504.0)])
+def test_kernels_match_numpy_for_every_value_on_every_path(kernel, k, scale):
+    # Both operand orders: a kernel computing op(b, a) instead would pass one of them only
+    # for Min/Max with NaN payloads or signed zeros.
+    a, b = _operands()
+    ran = 0
+    for x, y in ((a, b), (b, a)):
+        want = expected(k, x, y, scale)
+        for path in (PORTABLE, AVX2):
+            got = kernel(path, k, x, y, scale)
+            if got is None:
+                continue
+            ran += 1
+            bad = np.flatnonzero(got != want)
+            assert bad.size == 0, "path %d kernel %d scale %r: %d wrong, first a=%04x b=%04x " \
+                "got %04x want %04x" % (path, k, scale, bad.size, x[bad[0]], y[bad[0]],
+                                         got[bad[0]], want[bad[0]])
+    assert ran >= 2  # the portable path at least, both orders
+
+
+def test_paths_bit_identical_at_every_length_and_offset(kernel):
+    if kernel(AVX2, SUM, np.zeros(1, np.uint16), np.zeros(1, np.uint16)) is None:
+        pytest.skip("this CPU has no AVX2 + F16C: the portable path only")
+    rng = np.random.default_rng(7)
+    base_a = rng.integers(0, 1 << 16, 5000, dtype=np.uint16)
+    base_b = rng.integers(0, 1 << 16, 5000, dtype=np.uint16)
+    # Lengths around the vector width (16 per step) and unaligned starts exercise the tails.
+    for n in list(range(0, 50)) + [255, 1001, 4097]:
+        for off in (0, 1, 3):
+            a, b = base_a[off:off + n], base_b[off:off + n]
+            for k, scale in ((SUM, 1.0), (MIN, 1.0), (MAX, 1.0), (PRODUCT, 1.0),
+                             (SCALED_SUM, 0.25), (SCALE, 0.1)):
+                p, v = kernel(PORTABLE, k, a, b, scale), kernel(AVX2, k, a, b, scale)
+                assert np.array_equal(p, v), (n, off, k)
+                assert np.array_equal(v, expected(k, a, b, scale)), (n, off, k)
+
+
+def _run_allreduce(tmp_path, simd):
+    out = tmp_path / ("bits." + simd)
+    env = {"MXHOROVOD_SIMD": simd, "HOROVOD_LOG_LEVEL": "debug"}
+    proc = run_ranks(2, "float16_ops.py", [str(out)], timeout=240, env=env)
+    return proc.stdout, out.read_bytes()
+
+
+def test_allreduce_every_op_on_both_paths_bit_identical(tmp_path):
+    # Every op, prescale/postscale, odd lengths, alone and fused, below and above the
+    # cross-memory-attach threshold: values on each rank checked against numpy by the
+    # worker, then the two paths' results compared bit for bit.
+    out_portable, portable = _run_allreduce(tmp_path, "portable")
+    assert "float16 kernels: portable" in out_portable
+    out_auto, auto = _run_allreduce(tmp_path, "auto")
+    assert "float16 kernels: " in out_auto
+    assert len(portable) > 0 and portable == auto
