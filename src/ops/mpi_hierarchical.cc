@@ -9,13 +9,6 @@
 namespace mxhorovod {
 namespace {
 
-// Starts a nonblocking call (its return code in rc) and waits for it.
-Status RunAndWait(int rc, MPI_Request* req, const char* what) {
-  auto s = CheckMPI(rc, what);
-  if (!s.ok()) return s;
-  return WaitRequest(req, what);
-}
-
 std::string RankList(const std::vector<int>& flags, int want) {
   std::string out;
   for (size_t r = 0; r < flags.size(); ++r) {
@@ -28,50 +21,84 @@ std::string RankList(const std::vector<int>& flags, int want) {
 }  // namespace
 
 MPIHierarchicalBackend::MPIHierarchicalBackend(MPIBackend* flat, MPI_Comm local, MPI_Comm cross,
-                                               int64_t slice_bytes)
+                                               int64_t slice_bytes, int64_t link_slice_bytes)
     : MPIAllreduceOverlay(flat), local_(local), cross_(cross),
-      slice_bytes_(slice_bytes > 0 ? slice_bytes : (int64_t)1 << 22) {
+      slice_bytes_(slice_bytes > 0 ? slice_bytes : (int64_t)1 << 22),
+      link_slice_bytes_(link_slice_bytes > 0 ? link_slice_bytes : (int64_t)1 << 20) {
   MPI_Comm_rank(local_, &local_rank_);
   MPI_Comm_size(local_, &local_size_);
   MPI_Comm_size(cross_, &cross_size_);
-}
-
-Status MPIHierarchicalBackend::AllreduceSlice(char* p, int n, MPI_Datatype type, MPI_Op op) {
-  MPI_Request req;
-  if (local_size_ > 1) {
-    // Local rank 0 reduces in place; the others only send (no receive buffer).
-    const bool root = local_rank_ == 0;
-    auto s = RunAndWait(MPI_Ireduce(root ? MPI_IN_PLACE : p, root ? p : nullptr, n, type, op, 0,
-                                    local_, &req), &req,
-                        "MPI_Ireduce (hierarchical allreduce, within the host)");
-    if (!s.ok()) return s;
-  }
-  if (local_rank_ == 0 && cross_size_ > 1) {
-    auto s = RunAndWait(MPI_Iallreduce(MPI_IN_PLACE, p, n, type, op, cross_, &req), &req,
-                        "MPI_Iallreduce (hierarchical allreduce, across hosts)");
-    if (!s.ok()) return s;
-  }
-  if (local_size_ > 1) {
-    return RunAndWait(MPI_Ibcast(p, n, type, 0, local_, &req), &req,
-                      "MPI_Ibcast (hierarchical allreduce, within the host)");
-  }
-  return Status::OK();
 }
 
 Status MPIHierarchicalBackend::Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp op,
                                          double /*scale*/, bool* scaled) {
   *scaled = false;
   const int esize = DTypeSize(dtype);
-  const int64_t per_call = std::max<int64_t>(1, slice_bytes_ / esize);
+  const int64_t per_call =
+      std::max<int64_t>(1, (flat_->spans_hosts() ? link_slice_bytes_ : slice_bytes_) / esize);
   const MPI_Datatype type = flat_->Type(dtype);
   const MPI_Op mpi_op = flat_->Op(dtype, op);  // Average sums; the executor divides by size
   char* p = static_cast<char*>(buf);
-  for (int64_t done = 0; done < count; done += per_call) {
-    auto s = AllreduceSlice(p + done * esize, static_cast<int>(std::min(per_call, count - done)),
-                            type, mpi_op);
-    if (!s.ok()) return s;
+  const int64_t slices = (count + per_call - 1) / per_call;
+  const bool root = local_rank_ == 0;
+  const bool local = local_size_ > 1, cross = root && cross_size_ > 1;
+  auto n_of = [&](int64_t k) { return static_cast<int>(std::min(per_call, count - k * per_call)); };
+  auto at = [&](int64_t k) { return p + k * per_call * esize; };
+  // On a local root between hosts every wait is a link wait (never asleep: asleep in a wait
+  // within the host it would leave the transfer between hosts without progress), bounded
+  // by the bytes of the slices in flight. The other ranks wait as on one host (asleep on
+  // the doorbell, which the root rings): spinning, they took the cores the roots need.
+  LinkWait link;
+  link.peers = flat_->other_hosts();
+  link.bytes = 4 * std::min<int64_t>(count, per_call) * esize;  // 2 slices, each both ways
+  const LinkWait* lw = cross ? &link : nullptr;
+  std::vector<MPI_Request> reduce(slices, MPI_REQUEST_NULL), across(slices, MPI_REQUEST_NULL),
+      bcast(slices, MPI_REQUEST_NULL);
+  Status result;
+  auto start = [&](int rc, const char* what) {
+    if (result.ok()) result = CheckMPI(rc, what);
+  };
+  auto wait = [&](MPI_Request* req, const char* what) {
+    if (*req == MPI_REQUEST_NULL) return;
+    auto s = WaitRequest(req, what, WaitFor::kData, lw);
+    if (result.ok()) result = s;
+  };
+  const char* kReduce = "MPI_Ireduce (hierarchical allreduce, within the host)";
+  const char* kAcross = "MPI_Iallreduce (hierarchical allreduce, across hosts)";
+  const char* kBcast = "MPI_Ibcast (hierarchical allreduce, within the host)";
+  // A pipeline of slices: at step t, slice t is reduced onto local rank 0 while slice t-1
+  // crosses between the hosts and slice t-2 is broadcast within the host. Every rank of a
+  // host starts its calls on `local_` in the same order (reduce t, then broadcast t-2)
+  // whatever completes when, as MPI requires of nonblocking collectives. After an error
+  // nothing new starts; what started is waited for.
+  for (int64_t t = 0; t < slices + 2 && result.ok(); ++t) {
+    if (local && t < slices) {
+      // Local rank 0 reduces in place; the others only send (no receive buffer).
+      start(MPI_Ireduce(root ? MPI_IN_PLACE : at(t), root ? at(t) : nullptr, n_of(t), type, mpi_op,
+                        0, local_, &reduce[t]), kReduce);
+    }
+    const int64_t k1 = t - 1, k2 = t - 2;
+    if (k1 >= 0 && k1 < slices && result.ok()) {
+      wait(&reduce[k1], kReduce);
+      if (cross && result.ok()) {
+        start(MPI_Iallreduce(MPI_IN_PLACE, at(k1), n_of(k1), type, mpi_op, cross_, &across[k1]),
+              kAcross);
+      }
+    }
+    if (k2 >= 0 && result.ok()) {
+      wait(&across[k2], kAcross);
+      if (local && result.ok()) {
+        start(MPI_Ibcast(at(k2), n_of(k2), type, 0, local_, &bcast[k2]), kBcast);
+      }
+      if (k2 >= 1) wait(&bcast[k2 - 1], kBcast);
+    }
   }
-  return Status::OK();
+  for (int64_t k = 0; k < slices; ++k) {
+    wait(&reduce[k], kReduce);
+    wait(&across[k], kAcross);
+    wait(&bcast[k], kBcast);
+  }
+  return result;
 }
 
 Status AgreeOnHierarchical(MPI_Comm comm, bool mine) {
