@@ -101,6 +101,17 @@ def test_default_collectives_uneven_hosts(hosts):
         assert received(proc, h) >= BIG_BYTES, (h, received(proc, h))
 
 
+def test_default_collectives_3x1_ring(hosts):
+    # One rank on each of 3 hosts, no setting: the ring between hosts (hierarchical with
+    # local groups of 1) in 64 KiB slices, blocks of uneven sizes; each host sends at least
+    # 2(3-1)/3 of the big tensor.
+    proc = hosts.run(["h1", "h2", "h3"], "core_collectives.py", ppn=1, timeout=240,
+                     env=SMALL_LINK_SLICES)
+    for h in ("h1", "h2", "h3"):
+        sent = proc.counters_after[h][1] - proc.counters_before[h][1]
+        assert sent >= 4 / 3 * BIG_BYTES, (h, sent)
+
+
 def test_hierarchical_sends_less_between_hosts(hosts):
     # With MPICH's ring forced for every allreduce, a flat 4-rank ring crosses between the
     # hosts twice with 2(p-1)/p = 1.5x the payload each way; hierarchical sends only

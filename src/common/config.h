@@ -35,7 +35,8 @@ struct Config {
   bool doorbell = true;                       // MXHOROVOD_DOORBELL: waits sleep on a futex in /dev/shm
   int64_t cma_min_bytes = 64ll << 10;
   // HOROVOD_HIERARCHICAL_ALLREDUCE: 1 (a number above 0) on, 0 off; unset (-1): on when the
-  // job spans more than one host and some host runs more than one rank (StartMPI).
+  // job spans more than one host and some host runs more than one rank, or spans more
+  // than 2 hosts (StartMPI).
   int hierarchical_allreduce = -1;
   // MXHOROVOD_TRANSFER_TIMEOUT_SECONDS (0: no bound) and MXHOROVOD_TRANSFER_MIN_MBITS: the
   // bound of a data call between hosts, base + its bytes at the rate (ops/mpi_wait.h).

@@ -228,7 +228,10 @@ Status StartMPI(int64_t comm_f2c, const std::vector<int>& ranks, int* hierarchic
     int mine[2] = {topo->local_size, topo->cross_size}, most[2] = {0, 0};
     s = MPICheck(MPI_Allreduce(mine, most, 2, MPI_INT, MPI_MAX, *comm), "MPI_Allreduce (topology)");
     if (!s.ok()) return s;
-    *hierarchical = most[0] > 1 && most[1] > 1 ? 1 : 0;
+    // Several hosts and several ranks on one (only the local roots send between hosts), or
+    // more than 2 hosts (the ring between hosts of the hierarchical allreduce sends the
+    // least; MPICH's allreduce for 3 ranks sent twice the payload from one host).
+    *hierarchical = most[1] > 1 && (most[0] > 1 || most[1] > 2) ? 1 : 0;
     if (*hierarchical) {
       LogDebug("hierarchical allreduce (HOROVOD_HIERARCHICAL_ALLREDUCE unset): " +
                std::to_string(most[1]) + " hosts, up to " + std::to_string(most[0]) +

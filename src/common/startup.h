@@ -37,8 +37,9 @@ Status MPICheck(int rc, const char* what);
 // none; a non-empty one fails init() on every rank), and fills the host topology.
 // *hierarchical: in, HOROVOD_HIERARCHICAL_ALLREDUCE (-1 unset); out, whether the global
 // set's allreduce is hierarchical: the setting, or when unset, whether the job spans more
-// than one host with more than one rank on some host (then at most 1/local_size of the
-// bytes of a flat allreduce's ranks need to cross; agreed on every rank).
+// than one host with more than one rank on some host (then only the local roots send
+// between hosts), or more than 2 hosts (its ring between hosts sends the least); agreed
+// on every rank.
 Status StartMPI(int64_t comm_f2c, const std::vector<int>& ranks, int* hierarchical,
                 const Config& cfg, const std::string& cfg_error, MPI_Comm* comm, Topology* topo,
                 HostComms* hc);

@@ -1,6 +1,9 @@
 #include "ops/mpi_hierarchical.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -28,14 +31,73 @@ MPIHierarchicalBackend::MPIHierarchicalBackend(MPIBackend* flat, MPI_Comm local,
   MPI_Comm_rank(local_, &local_rank_);
   MPI_Comm_size(local_, &local_size_);
   MPI_Comm_size(cross_, &cross_size_);
+  MPI_Comm_rank(cross_, &cross_rank_);
+  MPI_Allreduce(&cross_size_, &hosts_, 1, MPI_INT, MPI_MAX, local_);
+  constexpr int kHostChars = 256;
+  char host[kHostChars] = {0};
+  gethostname(host, sizeof(host) - 1);
+  std::vector<char> all((size_t)kHostChars * cross_size_);
+  MPI_Allgather(host, kHostChars, MPI_CHAR, all.data(), kHostChars, MPI_CHAR, cross_);
+  for (int r = 0; r < cross_size_; ++r) {
+    const char* h = &all[(size_t)kHostChars * r];
+    cross_hosts_.emplace_back(h, strnlen(h, kHostChars));
+  }
+}
+
+Status MPIHierarchicalBackend::RingAcross(char* p, int n, int esize, MPI_Datatype type, MPI_Op op) {
+  constexpr int kTag = 0x4d58;
+  const int h = cross_size_, r = cross_rank_;
+  const int right = (r + 1) % h, left = (r + h - 1) % h;
+  auto off = [&](int b) { return (int64_t)n * b / h; };  // block b: [off(b), off(b + 1))
+  if ((int64_t)ring_tmp_.size() < ((int64_t)n / h + 1) * esize) ring_tmp_.resize(((int64_t)n / h + 1) * esize);
+  LinkWait to_right, from_left;
+  to_right.peers = cross_hosts_[right];
+  from_left.peers = cross_hosts_[left];
+  for (int phase = 0; phase < 2; ++phase) {
+    for (int s = 0; s < h - 1; ++s) {
+      // Reduce-scatter: send block r-s, receive block r-s-1 and reduce it in. Allgather:
+      // send block r+1-s (reduced in full here), receive block r-s as it is.
+      const int sb = ((phase == 0 ? r - s : r + 1 - s) % h + h) % h;
+      const int rb = ((phase == 0 ? r - s - 1 : r - s) % h + h) % h;
+      const int sn = (int)(off(sb + 1) - off(sb)), rn = (int)(off(rb + 1) - off(rb));
+      char* into = phase == 0 ? ring_tmp_.data() : p + off(rb) * esize;
+      MPI_Request reqs[2];
+      auto s1 = CheckMPI(MPI_Irecv(into, rn, type, left, kTag, cross_, &reqs[0]),
+                         "MPI_Irecv (hierarchical allreduce, ring across hosts)");
+      if (!s1.ok()) return s1;
+      auto s2 = CheckMPI(MPI_Isend(p + off(sb) * esize, sn, type, right, kTag, cross_, &reqs[1]),
+                         "MPI_Isend (hierarchical allreduce, ring across hosts)");
+      from_left.bytes = (int64_t)rn * esize;
+      to_right.bytes = (int64_t)sn * esize;
+      auto w1 = WaitRequest(&reqs[0], "MPI_Irecv (hierarchical allreduce, ring across hosts)",
+                            WaitFor::kData, &from_left);
+      if (s2.ok()) {
+        s2 = WaitRequest(&reqs[1], "MPI_Isend (hierarchical allreduce, ring across hosts)",
+                         WaitFor::kData, &to_right);
+      }
+      if (!w1.ok()) return w1;
+      if (!s2.ok()) return s2;
+      if (phase == 0 && rn > 0) {
+        auto s3 = CheckMPI(MPI_Reduce_local(ring_tmp_.data(), p + off(rb) * esize, rn, type, op),
+                           "MPI_Reduce_local (hierarchical allreduce, ring across hosts)");
+        if (!s3.ok()) return s3;
+      }
+    }
+  }
+  return Status::OK();
 }
 
 Status MPIHierarchicalBackend::Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp op,
                                          double /*scale*/, bool* scaled) {
   *scaled = false;
   const int esize = DTypeSize(dtype);
-  const int64_t per_call =
-      std::max<int64_t>(1, (flat_->spans_hosts() ? link_slice_bytes_ : slice_bytes_) / esize);
+  // Between more than 2 hosts a slice is cut into one block per host for the ring: 2 x
+  // hosts link slices per slice keep each ring step at 2 link slices (64 MiB, 3 x 1 rank at
+  // 1 Gbit/s: 1.67x the TCP floor in 1 MiB slices, 1.23 in 4, 1.15 in 3, 1.11 in 8).
+  const int64_t slice = !flat_->spans_hosts() ? slice_bytes_
+                        : hosts_ > 2         ? link_slice_bytes_ * 2 * hosts_
+                                             : link_slice_bytes_;
+  const int64_t per_call = std::max<int64_t>(1, std::min<int64_t>(slice, 1ll << 30) / esize);
   const MPI_Datatype type = flat_->Type(dtype);
   const MPI_Op mpi_op = flat_->Op(dtype, op);  // Average sums; the executor divides by size
   char* p = static_cast<char*>(buf);
@@ -80,7 +142,11 @@ Status MPIHierarchicalBackend::Allreduce(void* buf, int64_t count, DataType dtyp
     const int64_t k1 = t - 1, k2 = t - 2;
     if (k1 >= 0 && k1 < slices && result.ok()) {
       wait(&reduce[k1], kReduce);
-      if (cross && result.ok()) {
+      if (cross && cross_size_ > 2 && result.ok()) {
+        // The ring runs here; its waits drive the calls within the host meanwhile.
+        auto s = RingAcross(at(k1), n_of(k1), esize, type, mpi_op);
+        if (result.ok()) result = s;
+      } else if (cross && result.ok()) {
         start(MPI_Iallreduce(MPI_IN_PLACE, at(k1), n_of(k1), type, mpi_op, cross_, &across[k1]),
               kAcross);
       }
