@@ -391,7 +391,9 @@ def run_setting(setting, args):
            "rate": setting["rate"], "floors": {}, "rows": [], "errors": []}
     with NetnsHosts(h) as hosts:
         hosts.limit_rate(setting["rate"])
-        for payload in args.payloads:
+        # (--train: its exchange is ResNet-50's gradients, judged against their floor.)
+        for payload in args.payloads + (["resnet50"] if args.train and "resnet50" not in
+                                        args.payloads else []):
             out["floors"][payload] = tcp_floor(hosts, int(share * payload_bytes(payload)),
                                                args.reps)
         jobs = [(sys.executable, "mxhorovod")]
