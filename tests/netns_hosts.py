@@ -298,6 +298,14 @@ class NetnsHosts:
             if proc.returncode != 0:
                 raise RuntimeError("tc on %s: %s" % (h, proc.stdout.strip()))
 
+    def reset_link(self, host):
+        """Brings ``host``'s eth0 back up with no cap (after a test took it down or slowed
+        it from inside the host; a cap set by :meth:`limit_rate` is removed too)."""
+        ns = self.netns[host]
+        subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", "eth0", "root"],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
+        _ip("-n", ns, "link", "set", "eth0", "up")
+
     def ssh_cmd(self, host, argv):
         """argv run on ``host`` through the ssh stand-in (clean login environment)."""
         return [self.standin, host] + [shlex.quote(a) for a in argv]

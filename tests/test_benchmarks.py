@@ -241,3 +241,34 @@ def test_each_horovod_launch_follows_its_mxhorovod_launch():
         ("horovod", "nofusion"), ("mxhorovod", "nocma")]
     args.no_horovod = True
     assert [impl for impl, _, _ in common.runs(args)] == ["mxhorovod"] * 3
+
+
+def test_cluster_quick():
+    # Two namespace hosts capped at 1 Gbit/s, a 1 MiB allreduce: the TCP floor, mpi4py and
+    # the default and flat rows, each with the bytes each host sent (at least the payload:
+    # 2(h-1)/h with h = 2), and its ratio to the floor.
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from netns_hosts import NetnsHosts, NetnsUnavailable
+    try:
+        with NetnsHosts(1):
+            pass
+    except NetnsUnavailable as e:
+        pytest.skip("no network namespaces: %s" % e)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, os.path.join(BENCH, "cluster.py"), "--quick"], cwd=ROOT,
+                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=180)
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    obj = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert obj["benchmark"] == "cluster" and obj["errors"] == [], proc.stdout[-3000:]
+    (setting,) = obj["settings"]
+    assert (setting["hosts"], setting["ranks_per_host"], setting["rate"]) == (2, 1, "1gbit")
+    floor = setting["floors"]["1MiB"]
+    check_stats(floor)
+    assert [r["row"] for r in obj["rows"]] == ["mpi4py Allreduce", "default", "flat"]
+    for r in obj["rows"]:
+        check_stats(r["time_s"])
+        assert r["ratio"] == pytest.approx(r["time_s"]["median"] / floor["median"])
+        assert sorted(r["sent"]) == ["h1", "h2"]
+        assert r["counts"] == all(v >= r["bytes"] for v in r["sent"].values()), r
+        assert r["counts"], r  # every byte of the other host's share crossed the veths

@@ -23,6 +23,9 @@ from mpirun import HERE, WORKERS, run_ranks
 from netns_hosts import NetnsHosts, NetnsUnavailable, fake_hosts_prefix, fake_hosts_unavailable
 
 HIER = {"HOROVOD_HIERARCHICAL_ALLREDUCE": "1"}
+FLAT = {"HOROVOD_HIERARCHICAL_ALLREDUCE": "0"}
+# Many pipeline slices between hosts, the last one shorter (core_collectives' sizes).
+SMALL_LINK_SLICES = {"MXHOROVOD_LINK_SLICE_BYTES": str(1 << 16)}
 BIG_BYTES = 3 * 1024 * 1024 * 4  # core_collectives.py's "big" float32 tensor
 # Fewer training scenarios than test_training_multi.py: both wrappers, groups, Module fit.
 TRAIN_SCENARIOS = ["trainer_sgd", "trainer_groups_predivide", "opt_in_gluon_trainer_adam",
@@ -73,11 +76,40 @@ def test_collectives_2x2_cross_the_network(hosts):
 
 
 def test_hierarchical_collectives_2x2(hosts):
+    # The pipeline (reduce within the host, across, broadcast) in 64 KiB slices.
     proc = hosts.run(["h1", "h2"], "core_collectives.py", ppn=2, timeout=240,
                      env=dict(HIER, HOROVOD_FUSION_THRESHOLD=str(1 << 20),
-                              MXHOROVOD_SLICE_BYTES=str(1 << 18)))
+                              MXHOROVOD_SLICE_BYTES=str(1 << 18), **SMALL_LINK_SLICES))
     for h in ("h1", "h2"):
         assert received(proc, h) >= BIG_BYTES, (h, received(proc, h))
+
+
+def test_flat_collectives_2x2_two_slices_in_flight(hosts):
+    # Flat between hosts (explicitly): two 64 KiB slices of an allreduce in flight at once.
+    proc = hosts.run(["h1", "h2"], "core_collectives.py", ppn=2, timeout=240,
+                     env=dict(FLAT, **SMALL_LINK_SLICES))
+    for h in ("h1", "h2"):
+        assert received(proc, h) >= BIG_BYTES, (h, received(proc, h))
+
+
+def test_default_collectives_uneven_hosts(hosts):
+    # 1, 2 and 1 ranks on three hosts, no setting: hierarchical (a host with 2 ranks), with
+    # local groups of 1 and 2, in 64 KiB pipeline slices.
+    proc = hosts.run(["h1:1", "h2:2", "h3:1"], "core_collectives.py", np=4, timeout=240,
+                     env=SMALL_LINK_SLICES)
+    for h in ("h1", "h2", "h3"):
+        assert received(proc, h) >= BIG_BYTES, (h, received(proc, h))
+
+
+def test_default_collectives_3x1_ring(hosts):
+    # One rank on each of 3 hosts, no setting: the ring between hosts (hierarchical with
+    # local groups of 1) in 64 KiB slices, blocks of uneven sizes; each host sends at least
+    # 2(3-1)/3 of the big tensor.
+    proc = hosts.run(["h1", "h2", "h3"], "core_collectives.py", ppn=1, timeout=240,
+                     env=SMALL_LINK_SLICES)
+    for h in ("h1", "h2", "h3"):
+        sent = proc.counters_after[h][1] - proc.counters_before[h][1]
+        assert sent >= 4 / 3 * BIG_BYTES, (h, sent)
 
 
 def test_hierarchical_sends_less_between_hosts(hosts):
@@ -88,13 +120,17 @@ def test_hierarchical_sends_less_between_hosts(hosts):
     # (The data plane calls MPI_Iallreduce, or MPI_Allreduce with MXHOROVOD_BLOCKING_DATA=1.)
     ring = {"MPIR_CVAR_IALLREDUCE_INTRA_ALGORITHM": "tsp_ring",
             "MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM": "ring"}
-    flat = hosts.run(["h1", "h2"], "multihost_traffic.py", [mib], ppn=2, timeout=120, env=ring)
+    flat = hosts.run(["h1", "h2"], "multihost_traffic.py", [mib], ppn=2, timeout=120,
+                     env=dict(ring, **FLAT))
     hier = hosts.run(["h1", "h2"], "multihost_traffic.py", [mib], ppn=2, timeout=120,
                      env=dict(ring, **HIER))
+    # Without a setting, 2 hosts x 2 ranks: hierarchical.
+    auto = hosts.run(["h1", "h2"], "multihost_traffic.py", [mib], ppn=2, timeout=120, env=ring)
     payload = mib << 20
     for h in ("h1", "h2"):
         assert received(flat, h) >= 1.5 * payload, (h, received(flat, h))
         assert payload <= received(hier, h) < 1.2 * payload, (h, received(hier, h))
+        assert payload <= received(auto, h) < 1.2 * payload, (h, received(auto, h))
 
 
 # -- launched with mxhorovodrun ------------------------------------------------------------
@@ -214,6 +250,42 @@ def test_killed_rank_ends_the_job_on_every_host(hosts):
     assert not proc.leftover_pids, "processes left after the launcher exited: %s" % proc.leftover_pids
 
 
+LINK_DOWN = re.compile(
+    r"transfer between hosts timed out: (negotiation|allreduce 'link\.big') has waited ([\d.]+) s "
+    r"in (MPI_I[^\n]*?) for host (h[12]) \((\d+) bytes over the link of host (h[12])\), past its "
+    r"bound of ([\d.]+) s \(MXHOROVOD_TRANSFER_TIMEOUT_SECONDS=3\.0 plus the bytes at "
+    r"MXHOROVOD_TRANSFER_MIN_MBITS=80\.0\): the network between h[12] and h[12] is down or "
+    r"slower than that, or a rank there stopped; MPI cannot cancel a transfer, so rank \d+ "
+    r"ends the job \(MPI_Abort\)")
+
+
+@pytest.mark.parametrize("env,ppn,how", [({}, 2, "down"), ({}, 2, "slow"), (FLAT, 1, "slow")],
+                         ids=["2x2-default-down", "2x2-default-slow", "2x1-flat-slow"])
+def test_transfer_bound_ends_the_job(hosts, env, ppn, how):
+    # h2's eth0 goes down, or to 1 Mbit/s, after a first allreduce; the next 16 MiB one
+    # cannot finish in time. The bound (3 s + bytes at 80 Mbit/s) ends the job with the
+    # error naming the other host; with the link slow, in the allreduce's data calls (the
+    # negotiation's small messages still pass).
+    settings = dict(env, MXHOROVOD_TRANSFER_TIMEOUT_SECONDS="3", MXHOROVOD_TRANSFER_MIN_MBITS="80")
+    try:
+        proc = hosts.run(["h1", "h2"], "multihost_link_down.py", ["h2", how], ppn=ppn,
+                         timeout=120, env=settings, expect_ok=False)
+    finally:
+        hosts.reset_link("h2")
+    out = proc.stdout
+    # (With eth0 down, h2's output cannot reach mpirun: its "LINK DOWN AT" line is lost.)
+    assert how == "down" or "LINK DOWN AT" in out, out[-3000:]
+    assert proc.returncode != 0 and "SURVIVED" not in out, out[-3000:]
+    errors = LINK_DOWN.findall(out)
+    assert errors, out[-3000:]
+    for what, waited, call, peer, nbytes, here, bound in errors:
+        assert here != peer, (here, peer)
+        assert float(bound) == pytest.approx(3 + int(nbytes) * 8 / 80e6, abs=0.06), (nbytes, bound)
+        assert float(waited) >= float(bound), (waited, bound)
+        if how == "slow":
+            assert what == "allreduce 'link.big'", errors
+
+
 # -- hierarchical allreduce without namespaces -------------------------------------------
 
 def test_hierarchical_one_host():
@@ -248,6 +320,30 @@ def test_hierarchical_setting_must_agree():
     # On for two ranks only: init fails on every rank with the ranks named, no hang.
     proc = run_ranks(3, "multihost_hier_mismatch.py", timeout=120)
     assert proc.stdout.count("on for ranks 0, 1; off for ranks 2.") == 3, proc.stdout[-3000:]
+
+
+def test_transfer_settings_in_one_process(monkeypatch):
+    # A rate of 0 is refused, naming the way to turn the bound off; the bound off (0) and
+    # the settings read as numbers work with a single rank (nothing crosses a host).
+    import mxnet as mx
+    import mxhorovod as hvd
+    if hvd.is_initialized():
+        hvd.shutdown()
+    monkeypatch.setenv("MXHOROVOD_TRANSFER_MIN_MBITS", "0")
+    with pytest.raises(ValueError, match="MXHOROVOD_TRANSFER_MIN_MBITS=0.*"
+                                         "MXHOROVOD_TRANSFER_TIMEOUT_SECONDS=0"):
+        hvd.init()
+    monkeypatch.setenv("MXHOROVOD_TRANSFER_MIN_MBITS", "fast")
+    with pytest.raises(ValueError, match="MXHOROVOD_TRANSFER_MIN_MBITS='fast'"):
+        hvd.init()
+    monkeypatch.setenv("MXHOROVOD_TRANSFER_MIN_MBITS", "10")
+    monkeypatch.setenv("MXHOROVOD_TRANSFER_TIMEOUT_SECONDS", "0")
+    hvd.init()
+    try:
+        y = hvd.allreduce(mx.nd.array([1.5, -2.0]), op=hvd.Sum, name="transfer.single")
+        assert y.asnumpy().tolist() == [1.5, -2.0]
+    finally:
+        hvd.shutdown()
 
 
 def test_hierarchical_setting_in_one_process(monkeypatch):

@@ -208,7 +208,8 @@ void BackgroundLoop(StartArgs args) {
   MPI_Comm comm = MPI_COMM_NULL;
   Topology topo;
   HostComms hc;
-  Status s = StartMPI(args.comm_f2c, args.ranks, cfg.hierarchical_allreduce, cfg,
+  int hierarchical = cfg.hierarchical_allreduce;
+  Status s = StartMPI(args.comm_f2c, args.ranks, &hierarchical, cfg,
                       args.cfg_error, &comm, &topo, &hc);
   if (s.ok()) s = AgreeOnSettings(comm, topo, st.dynamic_process_sets, &cfg);
   std::shared_ptr<ProcessSet> global;
@@ -242,7 +243,7 @@ void BackgroundLoop(StartArgs args) {
     global->size = topo.size;
     global->included = true;
     global->Open(comm, cfg);
-    if (cfg.hierarchical_allreduce) global->UseHierarchical(hc.local, hc.cross, cfg);
+    if (hierarchical > 0) global->UseHierarchical(hc.local, hc.cross, cfg);
     st.next_set_id = 1;
     st.sets.Put(global);
     s = StartStaticSets(comm, topo.rank, topo.size, args.process_sets, cfg);
@@ -285,6 +286,8 @@ void BackgroundLoop(StartArgs args) {
   if (cfg.blocking_data >= 0) policy.blocking_data = cfg.blocking_data != 0;
   // Plus a cycle: a peer with nothing to do may sleep that long before negotiating.
   policy.warn_after_s = cfg.stall.enabled ? cfg.stall.check_s + cfg.cycle_time_ms / 1000 : 0;
+  policy.transfer_base_s = cfg.transfer_timeout_s;
+  policy.transfer_min_mbits = cfg.transfer_min_mbits;
   SetWaitPolicy(policy);
   LogDebug(std::string("doorbell: ") +
            (OpenDoorbell(comm, hc.local, cfg.doorbell)

@@ -60,6 +60,8 @@ Config Config::FromEnv() {
   c.fusion_threshold = (int64_t)EnvNumber("HOROVOD_FUSION_THRESHOLD", (double)c.fusion_threshold);
   c.cache_capacity = (int64_t)EnvNumber("HOROVOD_CACHE_CAPACITY", (double)c.cache_capacity);
   c.slice_bytes = (int64_t)EnvNumber("MXHOROVOD_SLICE_BYTES", (double)c.slice_bytes);
+  c.link_slice_bytes = (int64_t)EnvNumber("MXHOROVOD_LINK_SLICE_BYTES", (double)c.link_slice_bytes);
+  c.link_slice_bytes = std::min<int64_t>(std::max<int64_t>(c.link_slice_bytes, 1024), 1ll << 30);
   c.zero_copy_bytes = (int64_t)EnvNumber("MXHOROVOD_ZERO_COPY_BYTES", (double)c.zero_copy_bytes);
   const char* blocking = std::getenv("MXHOROVOD_BLOCKING_DATA");
   if (blocking && *blocking) c.blocking_data = EnvBool("MXHOROVOD_BLOCKING_DATA", false) ? 1 : 0;
@@ -77,7 +79,16 @@ Config Config::FromEnv() {
   // One MPI call takes an int element count: 1 GiB keeps it in range for every dtype.
   if (c.slice_bytes > (1ll << 30)) c.slice_bytes = 1ll << 30;
   // [hierarchical allreduce, issue 7] Horovod's reading: a number, on when above 0.
-  c.hierarchical_allreduce = EnvNumber("HOROVOD_HIERARCHICAL_ALLREDUCE", 0) > 0;
+  // Unset or empty: chosen by topology at start-up.
+  const double hier = EnvNumber("HOROVOD_HIERARCHICAL_ALLREDUCE", -1);
+  c.hierarchical_allreduce = hier < 0 ? -1 : hier > 0 ? 1 : 0;
+  c.transfer_timeout_s = EnvNumber("MXHOROVOD_TRANSFER_TIMEOUT_SECONDS", c.transfer_timeout_s);
+  c.transfer_min_mbits = EnvNumber("MXHOROVOD_TRANSFER_MIN_MBITS", c.transfer_min_mbits);
+  if (c.transfer_min_mbits <= 0) {
+    throw std::invalid_argument("MXHOROVOD_TRANSFER_MIN_MBITS=0: the assumed minimum link rate "
+                                "must be above 0 megabits per second (to turn the bound off, "
+                                "set MXHOROVOD_TRANSFER_TIMEOUT_SECONDS=0)");
+  }
   c.thread_affinity = EnvCoreList("HOROVOD_THREAD_AFFINITY");
   if (const char* simd = std::getenv("MXHOROVOD_SIMD")) {
     SimdPath unused;

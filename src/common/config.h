@@ -17,6 +17,10 @@ struct Config {
   int64_t fusion_threshold = 128ll << 20;     // HOROVOD_FUSION_THRESHOLD (bytes)
   int64_t cache_capacity = 1024;              // HOROVOD_CACHE_CAPACITY (entries; 0 = off)
   int64_t slice_bytes = 4ll << 20;            // MXHOROVOD_SLICE_BYTES: bytes per MPI call
+  // MXHOROVOD_LINK_SLICE_BYTES: bytes per allreduce call between hosts (the pipeline's
+  // slices; a 64 MiB hierarchical allreduce on 2 hosts x 2 ranks at 1 Gbit/s: 1.01-1.16x
+  // the TCP floor in 1 MiB slices, 1.17 in 256 KiB, 1.3-1.56 in 4 MiB, 1.45 in 16 MiB).
+  int64_t link_slice_bytes = 1ll << 20;
   bool dynamic_process_sets = false;          // HOROVOD_DYNAMIC_PROCESS_SETS
   bool autotune = false;                      // HOROVOD_AUTOTUNE
   int autotune_warmup_samples = 1;            // HOROVOD_AUTOTUNE_WARMUP_SAMPLES
@@ -30,7 +34,14 @@ struct Config {
   bool cma = true;
   bool doorbell = true;                       // MXHOROVOD_DOORBELL: waits sleep on a futex in /dev/shm
   int64_t cma_min_bytes = 64ll << 10;
-  bool hierarchical_allreduce = false;        // HOROVOD_HIERARCHICAL_ALLREDUCE (> 0: on)
+  // HOROVOD_HIERARCHICAL_ALLREDUCE: 1 (a number above 0) on, 0 off; unset (-1): on when the
+  // job spans more than one host and some host runs more than one rank, or spans more
+  // than 2 hosts (StartMPI).
+  int hierarchical_allreduce = -1;
+  // MXHOROVOD_TRANSFER_TIMEOUT_SECONDS (0: no bound) and MXHOROVOD_TRANSFER_MIN_MBITS: the
+  // bound of a data call between hosts, base + its bytes at the rate (ops/mpi_wait.h).
+  double transfer_timeout_s = 30;
+  double transfer_min_mbits = 100;
   // MXHOROVOD_SIMD, lower case: the float16 kernels (ops/float16.h). "" or "auto": the best
   // this CPU has; "avx2"; "portable": plain C++ (the same bits, slower).
   std::string simd;

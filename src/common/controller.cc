@@ -96,7 +96,7 @@ Status Controller::ComputeResponses(bool shutdown_requested, CycleResult* out) {
   MPI_Request req;
   auto s = Check(MPI_Iallreduce(MPI_IN_PLACE, vec.data(), (int)vec.size(), MPI_UINT64_T, MPI_BAND,
                                 comm_, &req), "MPI_Iallreduce (negotiation)");
-  if (s.ok()) s = WaitRequest(&req, "MPI_Iallreduce (negotiation)", WaitFor::kSmall);
+  if (s.ok()) s = WaitRequest(&req, "MPI_Iallreduce (negotiation)", WaitFor::kSmall, Link());
   if (!s.ok()) return s;
   flags = ~vec[0];
   out->shutdown = flags & kFlagShutdown;
@@ -107,7 +107,7 @@ Status Controller::ComputeResponses(bool shutdown_requested, CycleResult* out) {
     std::vector<int> asked(size_);
     s = Check(MPI_Iallgather(&mine, 1, MPI_INT, asked.data(), 1, MPI_INT, comm_, &req),
               "MPI_Iallgather (shutdown)");
-    if (s.ok()) s = WaitRequest(&req, "MPI_Iallgather (shutdown)", WaitFor::kSmall);
+    if (s.ok()) s = WaitRequest(&req, "MPI_Iallgather (shutdown)", WaitFor::kSmall, Link());
     if (!s.ok()) return s;
     for (int r = 0; r < size_; ++r) if (asked[r]) out->shutdown_ranks.push_back(r);
   }
@@ -187,7 +187,7 @@ Status Controller::Coordinate(std::vector<Request> mine, std::vector<Response>* 
   MPI_Request req;
   auto s = Check(MPI_Igather(&len, 1, MPI_INT64_T, lens.data(), 1, MPI_INT64_T, 0, comm_, &req),
                  "MPI_Igather (negotiation)");
-  if (s.ok()) s = WaitRequest(&req, "MPI_Igather (negotiation)", WaitFor::kSmall);
+  if (s.ok()) s = WaitRequest(&req, "MPI_Igather (negotiation)", WaitFor::kSmall, Link());
   if (!s.ok()) return s;
   std::vector<int> counts, displs;
   std::string all;
@@ -202,7 +202,7 @@ Status Controller::Coordinate(std::vector<Request> mine, std::vector<Response>* 
   }
   s = Check(MPI_Igatherv(payload.data(), (int)len, MPI_BYTE, &all[0], counts.data(), displs.data(),
                          MPI_BYTE, 0, comm_, &req), "MPI_Igatherv (negotiation)");
-  if (s.ok()) s = WaitRequest(&req, "MPI_Igatherv (negotiation)");
+  if (s.ok()) s = WaitRequest(&req, "MPI_Igatherv (negotiation)", WaitFor::kData, Link());
   if (!s.ok()) return s;
 
   std::string answer;
@@ -227,11 +227,11 @@ Status Controller::Coordinate(std::vector<Request> mine, std::vector<Response>* 
   }
   int64_t alen = (int64_t)answer.size();
   s = Check(MPI_Ibcast(&alen, 1, MPI_INT64_T, 0, comm_, &req), "MPI_Ibcast (negotiation)");
-  if (s.ok()) s = WaitRequest(&req, "MPI_Ibcast (negotiation)", WaitFor::kSmall);
+  if (s.ok()) s = WaitRequest(&req, "MPI_Ibcast (negotiation)", WaitFor::kSmall, Link());
   if (!s.ok()) return s;
   answer.resize(alen);
   s = Check(MPI_Ibcast(&answer[0], (int)alen, MPI_BYTE, 0, comm_, &req), "MPI_Ibcast (negotiation)");
-  if (s.ok()) s = WaitRequest(&req, "MPI_Ibcast (negotiation)");
+  if (s.ok()) s = WaitRequest(&req, "MPI_Ibcast (negotiation)", WaitFor::kData, Link());
   if (!s.ok()) return s;
   *out = DecodeResponses(answer.data(), answer.size());
   return Status::OK();

@@ -18,6 +18,7 @@
 #include <memory>
 #include <vector>
 
+#include "ops/mpi_wait.h"
 #include "common.h"
 #include "message_table.h"
 #include "pending_hits.h"
@@ -43,6 +44,13 @@ class Controller {
   void set_stall_scope(const std::string& scope, const std::vector<int>& job_ranks) {
     stall_.SetScope(scope, job_ranks);
   }
+  // The communicator spans hosts: the negotiation's waits are bounded (ops/mpi_wait.h,
+  // LinkWait; every rank's background thread negotiates at least every few hundred ms,
+  // so a wait past the bound means a host or its link is gone).
+  void set_link(const std::string& other_hosts) {
+    link_.peers = other_hosts;
+    link_.bytes = 0;
+  }
   // Coordinator only: names some ranks have submitted and others not (stall reporting).
   std::vector<PendingName> PendingOnCoordinator() const { return table_.Pending(); }
 
@@ -57,6 +65,8 @@ class Controller {
   std::vector<Request> resend_;  // hits whose entry was evicted: negotiate next cycle
   StallInspector stall_;
   std::vector<Response> stall_errors_;  // rank 0: answers for stalled names (stall shutdown)
+  LinkWait link_;                       // peers "" on one host: no bound
+  const LinkWait* Link() const { return link_.peers.empty() ? nullptr : &link_; }
 };
 
 }  // namespace mxhorovod

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <utility>
 
+#include "ops/mpi_wait.h"
 #include "ops/scale.h"
 #include "timeline.h"
 
@@ -62,6 +63,11 @@ int64_t ReducescatterRows(int64_t rows, int size, int rank) {
 
 Status Executor::Run(const Response& resp, const std::vector<TensorTableEntry*>& entries) {
   Status s;
+  if (!entries.empty()) {  // for the error of a transfer between hosts past its bound
+    std::string what = std::string(OpTypeName(resp.op_type)) + " '" + entries[0]->request.name + "'";
+    if (entries.size() > 1) what += " (and " + std::to_string(entries.size() - 1) + " more)";
+    SetCurrentCollective(what);
+  }
   switch (resp.op_type) {
     case OpType::kAllreduce: s = Allreduce(resp, entries); break;
     case OpType::kBroadcast: s = Broadcast(resp, entries[0]); break;
@@ -70,6 +76,7 @@ Status Executor::Run(const Response& resp, const std::vector<TensorTableEntry*>&
     case OpType::kReducescatter: s = Reducescatter(resp, entries); break;
     default: s = Status::UnknownError("unknown collective");
   }
+  SetCurrentCollective("");
   return NameTensors(s, resp.op_type, entries);
 }
 

@@ -10,7 +10,7 @@ void ProcessSet::Open(MPI_Comm c, const Config& cfg) {
   MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
-  backend.reset(new MPIBackend(comm, cfg.slice_bytes));
+  backend.reset(new MPIBackend(comm, cfg.slice_bytes, cfg.link_slice_bytes));
   if (size > 1) {
     std::string why;
     cma = CMABackend::Create(backend.get(), comm, ranks, cfg.cma, cfg.cma_min_bytes, &why);
@@ -21,10 +21,12 @@ void ProcessSet::Open(MPI_Comm c, const Config& cfg) {
   executor.reset(new Executor(cma ? static_cast<Backend*>(cma.get()) : backend.get(), rank, size));
   controller.reset(new Controller(comm, rank, size, (size_t)cfg.cache_capacity, &queue, cfg.stall));
   if (id != 0) controller->set_stall_scope(Describe(), ranks);  // [stall]
+  controller->set_link(backend->other_hosts());
 }
 
 void ProcessSet::UseHierarchical(MPI_Comm local, MPI_Comm cross, const Config& cfg) {
-  hierarchical.reset(new MPIHierarchicalBackend(backend.get(), local, cross, cfg.slice_bytes));
+  hierarchical.reset(new MPIHierarchicalBackend(backend.get(), local, cross, cfg.slice_bytes,
+                                                cfg.link_slice_bytes));
   executor.reset(new Executor(hierarchical.get(), rank, size));
 }
 

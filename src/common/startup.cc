@@ -118,7 +118,7 @@ Status WaitForPeersAtInit(MPI_Comm parent, const Config& cfg) {
 
 }  // namespace
 
-Status StartMPI(int64_t comm_f2c, const std::vector<int>& ranks, bool hierarchical,
+Status StartMPI(int64_t comm_f2c, const std::vector<int>& ranks, int* hierarchical,
                 const Config& cfg, const std::string& cfg_error, MPI_Comm* comm, Topology* topo,
                 HostComms* hc) {
   State& st = S();
@@ -223,7 +223,22 @@ Status StartMPI(int64_t comm_f2c, const std::vector<int>& ranks, bool hierarchic
   if (!s.ok()) return s;
   s = BuildTopology(*comm, topo, hc);
   if (!s.ok()) return s;
-  return AgreeOnHierarchical(*comm, hierarchical);
+  if (*hierarchical < 0) {
+    // Unset: by topology, the same on every rank (the largest host and the host count).
+    int mine[2] = {topo->local_size, topo->cross_size}, most[2] = {0, 0};
+    s = MPICheck(MPI_Allreduce(mine, most, 2, MPI_INT, MPI_MAX, *comm), "MPI_Allreduce (topology)");
+    if (!s.ok()) return s;
+    // Several hosts and several ranks on one (only the local roots send between hosts), or
+    // more than 2 hosts (the ring between hosts of the hierarchical allreduce sends the
+    // least; MPICH's allreduce for 3 ranks sent twice the payload from one host).
+    *hierarchical = most[1] > 1 && (most[0] > 1 || most[1] > 2) ? 1 : 0;
+    if (*hierarchical) {
+      LogDebug("hierarchical allreduce (HOROVOD_HIERARCHICAL_ALLREDUCE unset): " +
+               std::to_string(most[1]) + " hosts, up to " + std::to_string(most[0]) +
+               " ranks on one");
+    }
+  }
+  return AgreeOnHierarchical(*comm, *hierarchical > 0);
 }
 
 // The settings that decide which MPI calls a cycle makes must be the same on every rank:
@@ -243,6 +258,7 @@ Status AgreeOnSettings(MPI_Comm comm, const Topology& topo, bool dynamic, Config
       {"HOROVOD_FUSION_THRESHOLD", cfg->fusion_threshold},
       {"HOROVOD_CACHE_CAPACITY", cfg->cache_capacity},
       {"MXHOROVOD_SLICE_BYTES", cfg->slice_bytes},
+      {"MXHOROVOD_LINK_SLICE_BYTES", cfg->link_slice_bytes},
       {"MXHOROVOD_ZERO_COPY_BYTES", cfg->zero_copy_bytes},
       {"HOROVOD_AUTOTUNE", cfg->autotune ? 1 : 0},
       {"HOROVOD_AUTOTUNE_WARMUP_SAMPLES", cfg->autotune ? cfg->autotune_warmup_samples : 0},

@@ -35,7 +35,12 @@ Status MPICheck(int rc, const char* what);
 // not), makes the job's communicator *comm (a duplicate of MPI_COMM_WORLD, of the parent
 // given by comm_f2c, or of its `ranks`), shares this rank's setting error cfg_error ("" if
 // none; a non-empty one fails init() on every rank), and fills the host topology.
-Status StartMPI(int64_t comm_f2c, const std::vector<int>& ranks, bool hierarchical,
+// *hierarchical: in, HOROVOD_HIERARCHICAL_ALLREDUCE (-1 unset); out, whether the global
+// set's allreduce is hierarchical: the setting, or when unset, whether the job spans more
+// than one host with more than one rank on some host (then only the local roots send
+// between hosts), or more than 2 hosts (its ring between hosts sends the least); agreed
+// on every rank.
+Status StartMPI(int64_t comm_f2c, const std::vector<int>& ranks, int* hierarchical,
                 const Config& cfg, const std::string& cfg_error, MPI_Comm* comm, Topology* topo,
                 HostComms* hc);
 

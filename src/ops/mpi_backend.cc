@@ -1,13 +1,26 @@
 #include "ops/mpi_backend.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <climits>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "ops/mpi_wait.h"
 #include "ops/scale.h"
 
 namespace mxhorovod {
 namespace {
+
+constexpr int kHostChars = 256;
+
+int64_t Sum(const std::vector<int64_t>& v) {
+  int64_t n = 0;
+  for (int64_t x : v) n += x;
+  return n;
+}
 
 Status ToIntCounts(const std::vector<int64_t>& bytes, std::vector<int>* counts,
                    std::vector<int>* displs, const char* what) {
@@ -27,9 +40,40 @@ Status ToIntCounts(const std::vector<int64_t>& bytes, std::vector<int>* counts,
 
 }  // namespace
 
-MPIBackend::MPIBackend(MPI_Comm comm, int64_t slice_bytes)
-    : comm_(comm), slice_bytes_(slice_bytes > 0 ? slice_bytes : (int64_t)1 << 22) {
+std::string OtherHosts(MPI_Comm comm, int* ranks_here) {
+  int size = 1;
+  MPI_Comm_size(comm, &size);
+  char host[kHostChars] = {0};
+  gethostname(host, sizeof(host) - 1);
+  std::vector<char> all((size_t)kHostChars * size);
+  MPI_Allgather(host, kHostChars, MPI_CHAR, all.data(), kHostChars, MPI_CHAR, comm);
+  std::vector<std::string> others;
+  *ranks_here = 0;
+  for (int r = 0; r < size; ++r) {
+    std::string h(&all[(size_t)kHostChars * r], strnlen(&all[(size_t)kHostChars * r], kHostChars));
+    if (h == host) {
+      ++*ranks_here;
+    } else if (std::find(others.begin(), others.end(), h) == others.end()) {
+      others.push_back(h);
+    }
+  }
+  std::string out;
+  for (const auto& h : others) out += (out.empty() ? "" : ", ") + h;
+  return out;
+}
+
+MPIBackend::MPIBackend(MPI_Comm comm, int64_t slice_bytes, int64_t link_slice_bytes)
+    : comm_(comm), slice_bytes_(slice_bytes > 0 ? slice_bytes : (int64_t)1 << 22),
+      link_slice_bytes_(link_slice_bytes > 0 ? link_slice_bytes : (int64_t)1 << 20) {
   MPI_Comm_size(comm_, &size_);
+  other_hosts_ = OtherHosts(comm_, &ranks_here_);
+  link_.peers = other_hosts_;
+}
+
+const LinkWait* MPIBackend::Link(int64_t bytes) {
+  if (other_hosts_.empty()) return nullptr;
+  link_.bytes = bytes * ranks_here_;
+  return &link_;
 }
 
 MPI_Op MPIBackend::ReductionOp(DataType dtype, ReduceOp op, double scale, bool* scaled) {
@@ -48,23 +92,48 @@ Status MPIBackend::Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp 
                              double scale, bool* scaled) {
   const MPI_Op mpi_op = ReductionOp(dtype, op, scale, scaled);
   const int esize = DTypeSize(dtype);
-  const int64_t per_call = std::max<int64_t>(1, slice_bytes_ / esize);
+  const int64_t per_call =
+      std::max<int64_t>(1, (spans_hosts() ? link_slice_bytes_ : slice_bytes_) / esize);
   char* p = static_cast<char*>(buf);
-  for (int64_t done = 0; done < count; done += per_call) {
-    int n = static_cast<int>(std::min(per_call, count - done));
-    Status s;
-    if (GetWaitPolicy().blocking_data) {
-      s = CheckMPI(MPI_Allreduce(MPI_IN_PLACE, p + done * esize, n, Type(dtype), mpi_op, comm_),
-                "MPI_Allreduce");
-    } else {
-      MPI_Request req;
-      s = CheckMPI(MPI_Iallreduce(MPI_IN_PLACE, p + done * esize, n, Type(dtype), mpi_op, comm_,
-                               &req), "MPI_Iallreduce");
-      if (s.ok()) s = WaitRequest(&req, "MPI_Iallreduce");
+  if (GetWaitPolicy().blocking_data) {
+    for (int64_t done = 0; done < count; done += per_call) {
+      int n = static_cast<int>(std::min(per_call, count - done));
+      auto s = CheckMPI(MPI_Allreduce(MPI_IN_PLACE, p + done * esize, n, Type(dtype), mpi_op, comm_),
+                        "MPI_Allreduce");
+      if (!s.ok()) return s;
     }
-    if (!s.ok()) return s;
+    return Status::OK();
   }
-  return Status::OK();
+  // Between hosts two slices are in flight (started in the same order on every rank, as
+  // MPI requires of nonblocking collectives); on one host one.
+  const int window = spans_hosts() ? kLinkWindow : 1;
+  MPI_Request reqs[kLinkWindow];
+  int64_t bytes[kLinkWindow] = {0};
+  int head = 0, in_flight = 0;
+  Status result;
+  auto wait_oldest = [&]() {
+    const int i = (head + kLinkWindow - in_flight) % kLinkWindow;
+    // A reduction's bytes cross the link about twice (reduce-scatter, then allgather).
+    auto s = WaitRequest(&reqs[i], "MPI_Iallreduce", WaitFor::kData, Link(2 * bytes[i]));
+    --in_flight;
+    if (result.ok()) result = s;
+  };
+  for (int64_t done = 0; done < count && result.ok(); done += per_call) {
+    if (in_flight == window) wait_oldest();
+    if (!result.ok()) break;
+    int n = static_cast<int>(std::min(per_call, count - done));
+    auto s = CheckMPI(MPI_Iallreduce(MPI_IN_PLACE, p + done * esize, n, Type(dtype), mpi_op, comm_,
+                                     &reqs[head]), "MPI_Iallreduce");
+    if (!s.ok()) {
+      result = s;
+      break;
+    }
+    bytes[head] = (int64_t)n * esize;
+    head = (head + 1) % kLinkWindow;
+    ++in_flight;
+  }
+  while (in_flight > 0) wait_oldest();  // every started call, also after an error
+  return result;
 }
 
 Status MPIBackend::Broadcast(void* buf, int64_t bytes, int root) {
@@ -77,7 +146,7 @@ Status MPIBackend::Broadcast(void* buf, int64_t bytes, int root) {
     } else {
       MPI_Request req;
       s = CheckMPI(MPI_Ibcast(p + done, n, MPI_BYTE, root, comm_, &req), "MPI_Ibcast");
-      if (s.ok()) s = WaitRequest(&req, "MPI_Ibcast");
+      if (s.ok()) s = WaitRequest(&req, "MPI_Ibcast", WaitFor::kData, Link(2 * (int64_t)n));
     }
     if (!s.ok()) return s;
   }
@@ -96,7 +165,7 @@ Status MPIBackend::Allgatherv(const void* send, int64_t send_bytes, void* recv,
     MPI_Request req;
     s = CheckMPI(MPI_Iallgatherv_c(send, send_bytes, MPI_BYTE, recv, big_counts.data(),
                                    big_displs.data(), MPI_BYTE, comm_, &req), "MPI_Iallgatherv_c");
-    return s.ok() ? WaitRequest(&req, "MPI_Iallgatherv_c") : s;
+    return s.ok() ? WaitRequest(&req, "MPI_Iallgatherv_c", WaitFor::kData, Link(Sum(recv_bytes))) : s;
   }
 #endif
   if (!s.ok()) return s;
@@ -104,7 +173,7 @@ Status MPIBackend::Allgatherv(const void* send, int64_t send_bytes, void* recv,
   s = CheckMPI(MPI_Iallgatherv(send, static_cast<int>(send_bytes), MPI_BYTE, recv, counts.data(),
                             displs.data(), MPI_BYTE, comm_, &req), "MPI_Iallgatherv");
   if (!s.ok()) return s;
-  return WaitRequest(&req, "MPI_Iallgatherv");
+  return WaitRequest(&req, "MPI_Iallgatherv", WaitFor::kData, Link(Sum(recv_bytes)));
 }
 
 Status MPIBackend::Alltoallv(const void* send, const std::vector<int64_t>& send_bytes,
@@ -127,7 +196,8 @@ Status MPIBackend::Alltoallv(const void* send, const std::vector<int64_t>& send_
     MPI_Request req;
     s = CheckMPI(MPI_Ialltoallv_c(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(), rd.data(),
                                   MPI_BYTE, comm_, &req), "MPI_Ialltoallv_c");
-    return s.ok() ? WaitRequest(&req, "MPI_Ialltoallv_c") : s;
+    return s.ok() ? WaitRequest(&req, "MPI_Ialltoallv_c", WaitFor::kData,
+                                Link(Sum(send_bytes) + Sum(recv_bytes))) : s;
   }
 #endif
   if (!s.ok()) return s;
@@ -135,7 +205,7 @@ Status MPIBackend::Alltoallv(const void* send, const std::vector<int64_t>& send_
   s = CheckMPI(MPI_Ialltoallv(send, scounts.data(), sdispls.data(), MPI_BYTE, recv, rcounts.data(),
                            rdispls.data(), MPI_BYTE, comm_, &req), "MPI_Ialltoallv");
   if (!s.ok()) return s;
-  return WaitRequest(&req, "MPI_Ialltoallv");
+  return WaitRequest(&req, "MPI_Ialltoallv", WaitFor::kData, Link(Sum(send_bytes) + Sum(recv_bytes)));
 }
 
 Status MPIBackend::Reducescatter(const void* send, void* recv,
@@ -152,7 +222,8 @@ Status MPIBackend::Reducescatter(const void* send, void* recv,
   s = CheckMPI(MPI_Ireduce_scatter(send, recv, counts.data(), Type(dtype), Op(dtype, op), comm_, &req),
             "MPI_Ireduce_scatter");
   if (!s.ok()) return s;
-  return WaitRequest(&req, "MPI_Ireduce_scatter");
+  return WaitRequest(&req, "MPI_Ireduce_scatter", WaitFor::kData,
+                     Link(2 * Sum(recv_counts) * DTypeSize(dtype)));
 }
 
 }  // namespace mxhorovod

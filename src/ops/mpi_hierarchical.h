@@ -4,11 +4,17 @@
 // local roots allreduce among themselves (the cross communicator of local rank 0: one
 // rank per host on the network), and each local root broadcasts the result to its host.
 // Both communicators come from the host-name grouping of the topology. Every other
-// collective goes to the flat backend. Sliced like the flat backend (slice_bytes per call).
+// collective goes to the flat backend. Sliced like the flat backend (slice_bytes per call)
+// and pipelined: slice k is reduced within the host while slice k-1 crosses between hosts
+// and slice k-2 is broadcast, so the link is kept busy while the host reduces. The default
+// when the job spans several hosts with several ranks on one (startup.h).
 #ifndef MXHOROVOD_OPS_MPI_HIERARCHICAL_H_
 #define MXHOROVOD_OPS_MPI_HIERARCHICAL_H_
 
 #include <mpi.h>
+
+#include <string>
+#include <vector>
 
 #include "ops/mpi_backend.h"
 
@@ -19,7 +25,9 @@ class MPIHierarchicalBackend : public MPIAllreduceOverlay {
   // flat: used for its MPI types and ops and for every collective but allreduce; must
   // outlive this. local: the ranks of this host; cross: the ranks with this local rank,
   // one per host (used only on local rank 0). Neither is freed here.
-  MPIHierarchicalBackend(MPIBackend* flat, MPI_Comm local, MPI_Comm cross, int64_t slice_bytes);
+  // slice_bytes: per call on one host; link_slice_bytes: per call when the job spans hosts.
+  MPIHierarchicalBackend(MPIBackend* flat, MPI_Comm local, MPI_Comm cross, int64_t slice_bytes,
+                         int64_t link_slice_bytes);
   const char* name() const override { return "MPI hierarchical"; }
   // Never scales (*scaled = false): the executor does.
   Status Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp op, double scale,
@@ -27,10 +35,18 @@ class MPIHierarchicalBackend : public MPIAllreduceOverlay {
   void set_slice_bytes(int64_t bytes) { slice_bytes_ = bytes > 0 ? bytes : slice_bytes_; }
 
  private:
-  Status AllreduceSlice(char* p, int n, MPI_Datatype type, MPI_Op op);
+  // Allreduce of n elements at p among the local roots when there are more than 2 hosts: a
+  // ring on MPI point-to-point calls (reduce-scatter, then allgather), so that each host
+  // sends 2(h-1)/h of the bytes, the least any allreduce can; MPICH's own allreduce for 3
+  // ranks sent twice the payload from one host. Each wait names the peer host it waits on.
+  Status RingAcross(char* p, int n, int esize, MPI_Datatype type, MPI_Op op);
   MPI_Comm local_, cross_;
-  int local_rank_ = 0, local_size_ = 1, cross_size_ = 1;
+  int local_rank_ = 0, local_size_ = 1, cross_size_ = 1, cross_rank_ = 0;
+  int hosts_ = 1;  // the job's hosts: local rank 0's cross_size_, known on every rank
+  std::vector<std::string> cross_hosts_;  // host of each rank of cross_
+  std::vector<char> ring_tmp_;            // one received block of RingAcross
   int64_t slice_bytes_;
+  int64_t link_slice_bytes_;
 };
 
 // Collective over comm (every rank calls it at start-up): OK when every rank has the same

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -47,6 +48,7 @@ constexpr int kRingBacks = 2;  // rings after a test that follows a wake (a hand
 
 WaitPolicy g_policy;
 thread_local bool t_peer_late = false;
+thread_local std::string t_collective;  // SetCurrentCollective
 Bell* g_bell = nullptr;
 bool g_bell_everywhere = false;
 
@@ -154,6 +156,13 @@ class EndedPeerCheck {
 }  // namespace
 
 void SetWaitPolicy(const WaitPolicy& p) { g_policy = p; }
+void SetCurrentCollective(const std::string& what) { t_collective = what; }
+
+double TransferBoundSeconds(int64_t bytes) {
+  if (g_policy.transfer_base_s <= 0) return 0;
+  const double rate = g_policy.transfer_min_mbits * 1e6 / 8;  // bytes per second
+  return g_policy.transfer_base_s + (rate > 0 ? (double)bytes / rate : 0);
+}
 void SetPeerLate(bool late) { t_peer_late = late; }
 const WaitPolicy& GetWaitPolicy() { return g_policy; }
 
@@ -257,13 +266,77 @@ void CloseDoorbell() {
   g_bell_everywhere = false;
 }
 
+namespace {
+
+std::string Fixed1(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f", v);
+  return buf;
+}
+
+// Ends the job: a wait between hosts has lasted `waited` s, past its bound. The text is
+// stable (the elastic launcher and users search for it): see docs.
+[[noreturn]] void TransferTimedOut(const char* what, const LinkWait& link, double waited, double bound) {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  int rank = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  LogError("transfer between hosts timed out: " +
+           (t_collective.empty() ? std::string("negotiation") : t_collective) + " has waited " +
+           Fixed1(waited) + " s in " + what + " for host " + link.peers + " (" +
+           std::to_string(link.bytes) + " bytes over the link of host " + host +
+           "), past its bound of " + Fixed1(bound) + " s (MXHOROVOD_TRANSFER_TIMEOUT_SECONDS=" +
+           Fixed1(g_policy.transfer_base_s) + " plus the bytes at MXHOROVOD_TRANSFER_MIN_MBITS=" +
+           Fixed1(g_policy.transfer_min_mbits) + "): the network between " + host + " and " +
+           link.peers + " is down or slower than that, or a rank there stopped; MPI cannot "
+           "cancel a transfer, so rank " + std::to_string(rank) + " ends the job (MPI_Abort)");
+  AbortJob(1);
+  _exit(1);  // MPI was not running: nothing else would end this process
+}
+
+// A data call between hosts (LinkWait): tests back to back and yields the core between
+// tests, never sleeps (see LinkWait). Past the bound, ends the job. The doorbell is rung as
+// in WaitRequest (the ranks of this host in the same call may be asleep on it).
+Status WaitLink(MPI_Request* req, const char* what, const LinkWait& link) {
+  using Clock = std::chrono::steady_clock;
+  Bell* bell = g_bell;
+  const Clock::time_point start = Clock::now();
+  const double bound = TransferBoundSeconds(link.bytes);
+  SlowWaitReport slow(what, g_policy.warn_after_s);
+  EndedPeerCheck ended(what);
+  bool ring = true;
+  for (long round = 0;; ++round) {
+    int done = 0;
+    int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+    if (bell && (ring || done)) Ring(bell);
+    ring = false;
+    if (rc != MPI_SUCCESS || done) return CheckMPI(rc, what);
+    if ((round & 255) != 255) {
+      sched_yield();
+      continue;
+    }
+    // About every 256 tests (well under a millisecond): the clocks.
+    slow.Check();
+    ended.Check();
+    const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+    if (bound <= 0 || waited <= bound) {
+      sched_yield();
+      continue;
+    }
+    TransferTimedOut(what, link, waited, bound);
+  }
+}
+
+}  // namespace
+
 // A data wait first tests back to back for data_busy_us (no yield: a peer on time completes
 // within it). Then rounds [0, spin_until) test and yield; later rounds test and sleep, on
 // the doorbell when there is one (a ring ends the sleep) or on a timer, the pause doubling
 // from 10 us to the cap. The first test (our part of the collective is under way: MPI_Test
 // progressed its first step) and the completing one ring the bell, so peers waiting for
 // them wake.
-Status WaitRequest(MPI_Request* req, const char* what, WaitFor kind) {
+Status WaitRequest(MPI_Request* req, const char* what, WaitFor kind, const LinkWait* link) {
+  if (link && kind == WaitFor::kData) return WaitLink(req, what, *link);
   Bell* bell = g_bell;
   const long cap = kind == WaitFor::kSmall && g_bell_everywhere
                        ? std::max(g_policy.bell_sleep_us, g_policy.max_sleep_us)
@@ -288,6 +361,9 @@ Status WaitRequest(MPI_Request* req, const char* what, WaitFor kind) {
   }
   SlowWaitReport slow(what, g_policy.warn_after_s);
   EndedPeerCheck ended(what);
+  // A negotiation between hosts (kSmall with `link`): bounded, checked in the sleeping rounds.
+  const double bound = link ? TransferBoundSeconds(link->bytes) : 0;
+  const auto started = std::chrono::steady_clock::now();
   for (int round = 0;; ++round) {
     const bool sleeper = bell && round >= spin_until;
     uint32_t seen = 0;
@@ -312,6 +388,11 @@ Status WaitRequest(MPI_Request* req, const char* what, WaitFor kind) {
     }
     slow.Check();
     ended.Check();
+    if (bound > 0) {
+      const double waited =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      if (waited > bound) TransferTimedOut(what, *link, waited, bound);
+    }
     if (!bell) {
       timespec ts{0, sleep_us * 1000};
       nanosleep(&ts, nullptr);
