@@ -202,6 +202,8 @@ EXTENSION = Extension(
     sorted(glob.glob("src/common/*.cc") + glob.glob("src/ops/*.cc") +
            glob.glob("src/mxnet/*.cc") + glob.glob("src/python/*.cc")),
     include_dirs=["include", "src"],
+    # a header edited after a build rebuilds the sources (setuptools compares times)
+    depends=sorted(glob.glob("include/mxhorovod/*.h") + glob.glob("src/*/*.h")),
     libraries=["mpi"],
     # libmxnet.so in every 1.9.x wheel uses the pre-C++11 std::string ABI; the inline code we
     # use from its headers (dmlc::Error) must match it.

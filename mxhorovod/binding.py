@@ -67,14 +67,15 @@ def _numpy_or(error):
         numpy_version = numpy.__version__
     except Exception:
         pass
+    cause = "%s: %s" % (type(error).__name__, str(error).strip().splitlines()[0]
+                        if str(error).strip() else "")
     if numpy_version and _version_tuple(numpy_version) >= (1, 24):
         return ImportError(
-            "mxnet is installed but fails to import (%s: %s): MXNet 1.9 needs numpy < 1.24, "
+            "mxnet is installed but fails to import (%s): MXNet 1.9 needs numpy < 1.24, "
             "and numpy %s is installed. Install an older numpy:\n    %s"
-            % (type(error).__name__, error, numpy_version, _NUMPY_HINT))
-    return ImportError("mxnet is installed but fails to import (%s: %s). Check that "
-                       "`python -c 'import mxnet'` works in this environment."
-                       % (type(error).__name__, error))
+            % (cause, numpy_version, _NUMPY_HINT))
+    return ImportError("mxnet is installed but fails to import (%s). Check that "
+                       "`python -c 'import mxnet'` works in this environment." % cause)
 
 
 def _version_tuple(text):

@@ -21,10 +21,13 @@ def _mpi_line(environ):
 
 
 def check_build_text(environ=None, verbose=False):
-    """The report as text. Imports mxhorovod's extension (and so MXNet)."""
-    import mxnet as mx
+    """The report as text. Imports mxhorovod's extension (and so MXNet).
 
-    import mxhorovod
+    Raises:
+        ImportError: mxhorovod cannot be imported; the message says what to install or set.
+    """
+    import mxhorovod  # first: its import checks mxnet and MPI and says what is wrong
+    import mxnet as mx
     from mxhorovod import _core, basics, binding
 
     built = getattr(_core, "MXNET_VERSION", None)

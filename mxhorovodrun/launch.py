@@ -163,7 +163,11 @@ def main(argv=None, execve=os.execve, popen=None):
         return 0
     if args.check_build:  # imports mxhorovod, and so MXNet: only here
         from mxhorovodrun.check_build import check_build_text
-        print(check_build_text(verbose=args.verbose))
+        try:
+            print(check_build_text(verbose=args.verbose))
+        except ImportError as e:  # mxhorovod's own message: what to install or set
+            log.error("error: mxhorovod cannot be imported: %s", e)
+            return 1
         return 0
     if args.host_discovery_script:  # elastic training: a driver runs the jobs
         from mxhorovodrun.elastic_driver import run_elastic
