@@ -21,7 +21,9 @@ in its environment (mxhorovodrun/elastic_protocol.py). The driver:
   (``mxhorovod elastic: peer lost``), or whose host does not answer ssh any more, leaves
   those hosts out (for good, or for --blacklist-cooldown-range) and starts the next job
   (at most --reset-limit times); a failure of the script itself (an unhandled exception, a
-  non-zero exit) ends the whole run with that job's status: it would fail again.
+  non-zero exit) ends the whole run with that job's status: it would fail again;
+- gives each job after the first its own HOROVOD_TIMELINE and HOROVOD_AUTOTUNE_LOG file
+  (elastic_protocol.job_file: ``/tmp/t.json``, then ``/tmp/t.1.json``, ...).
 
 This host, where the driver runs, is the run's single point of failure (as in Horovod).
 """
@@ -41,8 +43,8 @@ import uuid
 
 from mxhorovodrun.elastic_protocol import (ENV_DRIVER, ENV_ELASTIC, ENV_GENERATION,
                                            ENV_HOSTS_VERSION, ENV_JOB_ID, EXIT_HOSTS_UPDATED,
-                                           KILLED_RE, PEER_LOST_RE, TRANSFER_TIMEOUT_RE,
-                                           USER_ERROR_MARKER)
+                                           KILLED_RE, PEER_LOST_RE, PER_JOB_FILES,
+                                           TRANSFER_TIMEOUT_RE, USER_ERROR_MARKER, job_file)
 from mxhorovodrun.hosts import assign_ranks, hosts_text
 from mxhorovodrun.startup import Deadline, check_hosts, remote_hosts
 
@@ -333,6 +335,11 @@ class ElasticDriver:
                     ENV_HOSTS_VERSION: str(self.service.version)})
         capture_dir = tempfile.mkdtemp(prefix="mxhorovodrun-")
         mpi, argv, env, notes = prepare(args, environ=env, capture_dir=capture_dir)
+        for name in PER_JOB_FILES:  # (-genvall: what env holds is what every rank gets)
+            if env.get(name) and job_file(env[name], generation) != env[name]:
+                env[name] = job_file(env[name], generation)
+                log.warning("mxhorovodrun elastic: %s of job %d: %s", name, generation,
+                            env[name])
         if mpi.flavour not in (HYDRA, INTEL_MPI):
             raise LaunchError("elastic training runs with MPICH's hydra or Intel MPI; %s "
                               "is %s" % (mpi.path, mpi.flavour))

@@ -17,11 +17,13 @@ exited:
 - anything else (an unhandled exception of the script: mxhorovod's excepthook prints
   :data:`USER_ERROR_MARKER`; a non-zero exit): the job ends, with no retry.
 """
+import os
 import re
 
 __all__ = ["ENV_ELASTIC", "ENV_GENERATION", "ENV_JOB_ID", "ENV_DRIVER", "ENV_HOSTS_VERSION",
            "ENV_COMMIT_DIR", "EXIT_HOSTS_UPDATED", "EXIT_PEER_LOST", "PEER_LOST_MARKER",
-           "USER_ERROR_MARKER", "KILLED_RE", "PEER_LOST_RE", "TRANSFER_TIMEOUT_RE", "ask_hosts_version"]
+           "USER_ERROR_MARKER", "KILLED_RE", "PEER_LOST_RE", "TRANSFER_TIMEOUT_RE",
+           "PER_JOB_FILES", "job_file", "ask_hosts_version"]
 
 # Set by the driver for every rank of an elastic job.
 ENV_ELASTIC = "MXHOROVOD_ELASTIC"                  # "1"
@@ -31,6 +33,11 @@ ENV_DRIVER = "MXHOROVOD_ELASTIC_DRIVER"            # host:port of the driver's h
 ENV_HOSTS_VERSION = "MXHOROVOD_ELASTIC_HOSTS_VERSION"  # the host set this job was started on
 # Set by the user (any job): where each host keeps its commits.
 ENV_COMMIT_DIR = "MXHOROVOD_ELASTIC_COMMIT_DIR"
+
+# Files the ranks write, named by the user: every job of a run would rewrite the same file
+# (a reset starts the script again from the top), so the driver gives each job after the
+# first its own (job_file).
+PER_JOB_FILES = ("HOROVOD_TIMELINE", "HOROVOD_AUTOTUNE_LOG")
 
 EXIT_HOSTS_UPDATED = 75
 EXIT_PEER_LOST = 76
@@ -45,6 +52,20 @@ TRANSFER_TIMEOUT_RE = re.compile(r"transfer between hosts timed out: .* for host
                                  r"bytes over the link of host ([\w.-]+)\)")
 # A rank's line: "mxhorovod elastic: peer lost: rank 3 (host h1): <error>" (host may be '?').
 PEER_LOST_RE = re.compile(re.escape(PEER_LOST_MARKER) + r": rank (\d+) \(host (\S+)\): (.*)")
+
+
+def job_file(path, generation):
+    """The name job ``generation`` of an elastic run writes for the file ``path``.
+
+    Job 0: ``path`` itself. A later job: the generation inserted before the extension
+    (``/tmp/t.json`` -> ``/tmp/t.1.json``), or appended when the name has none
+    (``/tmp/tl`` -> ``/tmp/tl.1``). An empty name and ``DYNAMIC`` (HOROVOD_TIMELINE's "no
+    file at start") are returned as they are.
+    """
+    if generation == 0 or not path or path == "DYNAMIC":
+        return path
+    root, ext = os.path.splitext(path)
+    return "%s.%d%s" % (root, generation, ext)
 
 
 def ask_hosts_version(address, timeout=5.0):

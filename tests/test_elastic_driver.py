@@ -248,3 +248,49 @@ def test_reset_limit_ends_the_run(hosts):
     assert "host hb left out: rank 1 was killed by SIGKILL" in out, out[-4000:]
     assert "error: --reset-limit 0 reached; the job ends" in out, out[-4000:]
     assert out.count("elastic: job ") == 1, out[-4000:]
+
+
+def test_process_sets_timeline_and_autotune_after_a_reset(hosts):
+    # Job 0 on ha:3 + hb:1, hb SIGKILLed after its 7th step; job 1 on ha's 3 ranks, with
+    # HOROVOD_TIMELINE, autotune (a sample every 2 steps) and a process set {0, 2} after
+    # training. Each job writes its own timeline and autotune log (job_file's rule).
+    import json
+    from mxhorovod.timeline import load
+    from mxhorovodrun.elastic_protocol import job_file
+    assert [job_file("/t/tl.json", g) for g in (0, 1, 12)] == \
+        ["/t/tl.json", "/t/tl.1.json", "/t/tl.12.json"]
+    assert job_file("/t.d/tl", 2) == "/t.d/tl.2" and job_file("DYNAMIC", 1) == "DYNAMIC"
+    timeline = os.path.join(hosts.root, "tl.json")
+    tune_log = os.path.join(hosts.root, "autotune.csv")
+    hosts.set_hosts("ha:3\nhb:1\n")
+    code, out = run(hosts, ["-np", "4", "--min-np", "2"], ELASTIC_KILL="0:1:7",
+                    ELASTIC_KILL_HOST="1", ELASTIC_PSET="1", HOROVOD_DYNAMIC_PROCESS_SETS="1",
+                    HOROVOD_TIMELINE=timeline, HOROVOD_AUTOTUNE="1",
+                    HOROVOD_AUTOTUNE_LOG=tune_log, HOROVOD_AUTOTUNE_WARMUP_SAMPLES="0",
+                    HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE="2")
+    assert code == 0, out[-6000:]
+    assert "host hb left out: rank 3 was killed by SIGKILL" in out, out[-4000:]
+    # Autotune changes performance knobs only: the one-process replay still matches.
+    check_training(hosts, out, [4, 3])
+    # The process set {0, 2} of job 1: each member checked its sum, rank 1 is outside.
+    for rank in range(3):
+        assert "PSET 1 %d 3 ok" % rank in out, out[-4000:]
+    assert "PSET 0 " not in out
+    # Job 0's timeline was kept (cut off by the kill: load() reads its complete events);
+    # job 1 wrote a complete one of its own, with the process set's allreduce.
+    first, second = timeline, os.path.join(hosts.root, "tl.1.json")
+    assert "mxhorovodrun elastic: HOROVOD_TIMELINE of job 1: %s" % second in out, out[-4000:]
+    with open(second) as f:
+        json.load(f)
+    rows = [load(first).tensors, load(second).tensors]
+    for names in rows:
+        assert any("indices" in t for t in names), rows  # allgather_object's, every step
+    assert not any("pset_check" in t for t in rows[0]), rows
+    assert "pset_check [process set 1]" in rows[1], rows
+    assert sorted(f for f in os.listdir(hosts.root) if f.startswith("tl")) == \
+        ["tl.1.json", "tl.json"]
+    # Autotune ran in job 1: its log has samples (job 0's, killed, may hold only the header).
+    assert os.path.exists(tune_log)
+    with open(os.path.join(hosts.root, "autotune.1.csv")) as f:
+        lines = f.read().splitlines()
+    assert lines[0].startswith("fusion_threshold_bytes,") and len(lines) > 2, lines

@@ -13,7 +13,10 @@ SIGKILL itself; ELASTIC_LINK_DOWN=G:H:S: the first rank of host number H takes i
 down (a network-namespace host) after its step S of job G
 after its step S of that job, between two commits. ELASTIC_FAIL=G:S raises a ValueError on
 rank 0 at step S of generation G (a bug of the script: no retry). ELASTIC_STEP_SLEEP:
-seconds of sleep per step (time for the driver to see a new host)."""
+seconds of sleep per step (time for the driver to see a new host). ELASTIC_PSET=1 (with
+HOROVOD_DYNAMIC_PROCESS_SETS=1): after training, every rank adds the process set {0, size-1}
+and its members allreduce 'pset_check' in it, each checking the sum against numpy; every
+rank prints 'PSET <generation> <rank> <size> ok'."""
 import os
 import signal
 import time
@@ -122,6 +125,20 @@ def train(state):
 
 
 train(state)
+if os.environ.get("ELASTIC_PSET") == "1":
+    members = sorted({0, hvd.size() - 1})
+    ps = hvd.add_process_set(members)
+    assert ps.included() == (hvd.rank() in members), (ps, hvd.rank())
+    if ps.included():
+        def mine(r):
+            return np.arange(7, dtype=np.float32) * (r + 1) + gen
+        got = hvd.allreduce(mx.nd.array(mine(hvd.rank())), average=False, name="pset_check",
+                            process_set=ps).asnumpy()
+        np.testing.assert_array_equal(got, sum(mine(r) for r in members))
+    # Rank 1 (outside) must not shut down before the set's collective ran: a global one.
+    done = hvd.allreduce(mx.nd.ones((1,)), average=False, name="pset_done").asnumpy()
+    assert done[0] == hvd.size(), done
+    print("PSET %d %d %d ok" % (gen, hvd.rank(), hvd.size()), flush=True)
 note("END %d" % gen)
 if hvd.rank() == 0:
     np.savez(LOG + ".params.npz", **{k: v.data().asnumpy() for k, v in
