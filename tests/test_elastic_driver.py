@@ -294,3 +294,33 @@ def test_process_sets_timeline_and_autotune_after_a_reset(hosts):
     with open(os.path.join(hosts.root, "autotune.1.csv")) as f:
         lines = f.read().splitlines()
     assert lines[0].startswith("fusion_threshold_bytes,") and len(lines) > 2, lines
+
+
+def test_discovery_failing_mid_run_is_retried_keeping_the_last_hosts(tmp_path, caplog):
+    # Mid-run, a failing discovery script is retried (as Horovod does): the driver keeps
+    # its last good answer, warns once while it fails, and takes the next good answer.
+    import argparse
+    import logging
+    from mxhorovodrun.elastic_driver import ElasticDriver
+    state = tmp_path / "answer"
+    script = tmp_path / "discover.sh"
+    script.write_text("#!/bin/sh\nif [ -f %s ]; then cat %s; else echo down >&2; exit 3; fi\n"
+                      % (state, state))
+    script.chmod(0o755)
+    args = argparse.Namespace(host_discovery_script=str(script), slots_per_host=None,
+                              blacklist_cooldown_range=None, elastic_timeout=60, min_np=1,
+                              max_np=None)
+    driver = ElasticDriver(args, environ={})
+    state.write_text("ha:2\nhb:1\n")
+    driver._discover()
+    assert driver.hosts == [("ha", 2), ("hb", 1)] and driver.discovery_error is None
+    state.unlink()
+    with caplog.at_level(logging.WARNING):
+        driver._discover()
+        driver._discover()
+    assert driver.hosts == [("ha", 2), ("hb", 1)]  # the last good answer is kept
+    assert "exit 3" in driver.discovery_error, driver.discovery_error
+    assert sum("retrying every" in r.getMessage() for r in caplog.records) == 1
+    state.write_text("ha:2\n")
+    driver._discover()
+    assert driver.hosts == [("ha", 2)] and driver.discovery_error is None
