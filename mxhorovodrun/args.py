@@ -326,15 +326,23 @@ def _check_elastic(parser, args, environ):
         args.min_np = args.num_proc
     if args.max_np is not None and args.max_np < args.min_np:
         parser.error("--max-np %d is less than --min-np %d" % (args.max_np, args.min_np))
-    if args.elastic_timeout is None and environ.get("HOROVOD_ELASTIC_TIMEOUT"):
-        text = environ["HOROVOD_ELASTIC_TIMEOUT"]
-        try:
-            args.elastic_timeout = _positive_int(text)
-        except argparse.ArgumentTypeError as e:
-            parser.error("HOROVOD_ELASTIC_TIMEOUT=%s: %s (seconds, an integer >= 1)" % (text, e))
+    if args.elastic_timeout is None:
+        args.elastic_timeout = _seconds_from_env(parser, environ, "HOROVOD_ELASTIC_TIMEOUT")
     low_high = args.blacklist_cooldown_range
     if low_high is not None and low_high[0] > low_high[1]:
         parser.error("--blacklist-cooldown-range %d %d: MIN is more than MAX" % tuple(low_high))
+
+
+def _seconds_from_env(parser, environ, name):
+    """The integer seconds (>= 1) that variable ``name`` of ``environ`` gives, or None when
+    unset or empty; another value exits through ``parser.error`` naming it."""
+    text = environ.get(name)
+    if not text:
+        return None
+    try:
+        return _positive_int(text)
+    except argparse.ArgumentTypeError as e:
+        parser.error("%s=%s: %s (seconds, an integer >= 1)" % (name, text, e))
 
 
 def parse_args(argv=None, environ=None):
@@ -344,12 +352,8 @@ def parse_args(argv=None, environ=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     environ = os.environ if environ is None else environ
-    if args.start_timeout is None and environ.get("HOROVOD_START_TIMEOUT"):
-        text = environ["HOROVOD_START_TIMEOUT"]
-        try:
-            args.start_timeout = _positive_int(text)
-        except argparse.ArgumentTypeError as e:
-            parser.error("HOROVOD_START_TIMEOUT=%s: %s (seconds, an integer >= 1)" % (text, e))
+    if args.start_timeout is None:
+        args.start_timeout = _seconds_from_env(parser, environ, "HOROVOD_START_TIMEOUT")
     if args.command and args.command[0] == "--":
         # "mxhorovodrun -np 2 -- python train.py" (the habit of torchrun, srun, ...):
         # argparse keeps the "--" in front of a REMAINDER, and hydra took it for its own

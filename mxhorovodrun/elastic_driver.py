@@ -323,7 +323,7 @@ class ElasticDriver:
     # --- one job ---
     def _run_job(self, assignment, generation):
         from mxhorovodrun.launch import prepare
-        from mxhorovodrun.output import capture_patterns, run_captured
+        from mxhorovodrun.output import run_captured
         from mxhorovodrun.mpi import HYDRA, INTEL_MPI, LaunchError
         np = sum(n for _, n in assignment)
         args = copy.copy(self.args)

@@ -22,7 +22,6 @@ Under plain ``mpirun`` the function runs once, as a fixed-size job (one warning)
 import functools
 import os
 import re
-import socket
 import sys
 
 from mxhorovod.elastic import runtime

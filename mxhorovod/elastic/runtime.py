@@ -2,7 +2,6 @@
 not, its generation (the driver's job number), the commit store, and the driver's host
 service. Used by the states (commit) and by ``hvd.elastic.run``."""
 import os
-import sys
 import time
 
 from mxhorovod.log import get_logger

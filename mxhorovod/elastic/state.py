@@ -10,7 +10,6 @@ begins from it.
 import copy
 import os
 import tempfile
-import warnings
 
 import mxnet as mx
 import numpy as np
