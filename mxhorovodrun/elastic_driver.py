@@ -417,12 +417,15 @@ class ElasticDriver:
                 code, events = self._run_job(assignment, generation)
                 with self.lock:
                     self.job_assignment = None
-                if code == 0:
-                    return 0
                 if events["signals"]:
+                    # Before the exit status: a Ctrl-C that reached mpirun while it started
+                    # the ranks may leave them running to a normal end (seen once under
+                    # load); the user asked to stop all the same.
                     log.error("error: the job was interrupted (signal %d); no reset",
                               events["signals"][-1])
                     return code or 128 + events["signals"][-1]
+                if code == 0:
+                    return 0
                 if events["user_error"] and not (events["killed"] or events["peer_lost"]):
                     # (A rank killed or a peer lost first: the others' errors follow from it.)
                     log.error("error: the training script failed (exit %d: %s); an error of "
