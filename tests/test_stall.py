@@ -1,6 +1,7 @@
 """Stall inspector on 2 ranks: rank 0's repeated warning names the tensor and the missing
 rank (new names and names agreed through the response cache); past the stall shutdown time
 every rank's pending operations fail naming them, and the processes end normally."""
+import concurrent.futures
 import os
 import re
 import sys
@@ -125,16 +126,31 @@ def test_stall_in_a_process_set_names_it_and_does_not_stop_the_job(tmp_path):
     assert ready == [0, 2], ready
 
 
+# Three jobs whose rank 1 (not listed: rank 2) arrives 33 s late, each waiting mostly
+# asleep: run at once (about 40 s instead of 2 minutes), each test reads its job's output.
+LATE_PEER_JOBS = {"mpi4py": (2, ["33"]), "no-mpi4py": (2, ["33", "no-mpi4py"]),
+                  "listed": (3, ["33", "listed"])}
+
+
+@pytest.fixture(scope="module")
+def late_peer_outputs():
+    def job(spec):
+        np_, args = spec
+        return run_ranks(np_, "init_late_peer.py", args, timeout=240,
+                         env={"HOROVOD_STALL_CHECK_TIME_SECONDS": "1"}).stdout
+    with concurrent.futures.ThreadPoolExecutor(len(LATE_PEER_JOBS)) as pool:
+        futures = {k: pool.submit(job, spec) for k, spec in LATE_PEER_JOBS.items()}
+        return {k: f.result() for k, f in futures.items()}
+
+
 @pytest.mark.parametrize("mpi4py", [True, False])
-def test_ranks_waiting_in_init_for_a_late_peer_say_so_and_then_work(mpi4py):
+def test_ranks_waiting_in_init_for_a_late_peer_say_so_and_then_work(mpi4py, late_peer_outputs):
     # hvd.init() on some ranks only waited in MPI forever without a word. Rank 1 arrives
     # 33 s late: rank 0 warns once (at 30 s, the floor of the interval), then both work.
     # Without mpi4py (which starts MPI at import) MPI starts in hvd.init(), and
     # MPI_Init_thread itself waits for every rank to start MPI: rank 0 waited there,
     # before the barrier that warned, without a word.
-    args = ["33"] if mpi4py else ["33", "no-mpi4py"]
-    out = run_ranks(2, "init_late_peer.py", args, timeout=240,
-                    env={"HOROVOD_STALL_CHECK_TIME_SECONDS": "1"}).stdout
+    out = late_peer_outputs["mpi4py" if mpi4py else "no-mpi4py"]
     waits = [(rank, line) for rank, level, line in log_lines(out)
              if level == "warning" and "for the other ranks to call hvd.init()" in line]
     assert len(waits) == 1, out
@@ -142,12 +158,11 @@ def test_ranks_waiting_in_init_for_a_late_peer_say_so_and_then_work(mpi4py):
     assert "init(): rank 0 of 2 has waited 30 s" in waits[0][1], waits
 
 
-def test_listed_ranks_waiting_in_init_for_a_late_peer_say_so_and_then_work():
+def test_listed_ranks_waiting_in_init_for_a_late_peer_say_so_and_then_work(late_peer_outputs):
     # The same with hvd.init(comm=[0, 1]) (MPI_Comm_create_group, collective over the
     # listed ranks only): rank 0 waited there forever without a word. Rank 2, not listed,
     # starts its own job at once and says nothing.
-    out = run_ranks(3, "init_late_peer.py", ["33", "listed"], timeout=240,
-                    env={"HOROVOD_STALL_CHECK_TIME_SECONDS": "1"}).stdout
+    out = late_peer_outputs["listed"]
     waits = [(rank, line) for rank, level, line in log_lines(out)
              if level == "warning" and "for the other listed ranks" in line]
     assert len(waits) == 1, out
