@@ -304,6 +304,20 @@ def test_hierarchical_fake_hosts_uneven():
               env=dict(HIER, MXHOROVOD_SLICE_BYTES=str(1 << 16)))
 
 
+def test_hierarchical_groups_reduced_where_they_lie(tmp_path):
+    # Between hosts a, b, b, c (no setting: hierarchical; the ring between 3 hosts, local
+    # groups of 1 and 2), grouped allreduces of uneven tensors in 4 KiB link slices: every
+    # dtype's values on every rank, and no group packed into the fusion buffer (the timeline
+    # has no MEMCPY_IN_FUSION_BUFFER for them). Between 2 hosts the same path runs in
+    # test_hierarchical_collectives_2x2 (core_collectives' groups).
+    why = fake_hosts_unavailable()
+    if why:
+        pytest.skip(why)
+    names = ["a", "b", "b", "c"]
+    run_ranks(len(names), "hier_groups.py", [str(tmp_path / "timeline.json")], timeout=180,
+              prefix=fake_hosts_prefix(names), env={"MXHOROVOD_LINK_SLICE_BYTES": "4096"})
+
+
 def test_more_ranks_than_cores_on_one_fake_host_only():
     # More ranks than cores on host "a" (no busy test in its data waits), one rank on host
     # "b": the ranks' data calls match (until 2026-12-03 "b" blocked by default and "a" did

@@ -88,7 +88,87 @@ Status MPIHierarchicalBackend::RingAcross(char* p, int n, int esize, MPI_Datatyp
 }
 
 Status MPIHierarchicalBackend::Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp op,
-                                         double /*scale*/, bool* scaled) {
+                                         double scale, bool* scaled) {
+  return AllreduceBuffers({buf}, {count}, dtype, op, scale, scaled);
+}
+
+namespace {
+
+// The concatenation of a group's buffers, cut into slices of per_call elements. Open(k)
+// gives slice k's memory: the buffer itself when the slice lies within one buffer, else a
+// staging slot (k % kSlots) filled from the buffers; Close(k) copies a staged slice back.
+class Pieces {
+ public:
+  static constexpr int kSlots = 4;  // slices in the pipeline at once: t, t-1, t-2, t-3
+  Pieces(const std::vector<void*>& bufs, const std::vector<int64_t>& counts, int esize,
+         int64_t per_call, std::vector<char>* staging)
+      : bufs_(bufs), esize_(esize), per_call_(per_call), staging_(staging) {
+    starts_.push_back(0);
+    for (int64_t c : counts) starts_.push_back(starts_.back() + c);
+  }
+  int64_t count() const { return starts_.back(); }
+  int64_t slices() const { return (count() + per_call_ - 1) / per_call_; }
+  int n(int64_t k) const { return (int)std::min(per_call_, count() - k * per_call_); }
+  char* Open(int64_t k) {
+    const int64_t begin = k * per_call_, end = begin + n(k);
+    const size_t i = Piece(begin);
+    Slot& slot = slots_[k % kSlots];
+    if (end <= starts_[i + 1]) {
+      slot = {(char*)bufs_[i] + (begin - starts_[i]) * esize_, false};
+      return slot.at;
+    }
+    const size_t need = (size_t)kSlots * per_call_ * esize_;
+    if (staging_->size() < need) staging_->resize(need);
+    slot = {staging_->data() + (size_t)(k % kSlots) * per_call_ * esize_, true};
+    Copy(begin, end, slot.at, true);
+    return slot.at;
+  }
+  char* at(int64_t k) const { return slots_[k % kSlots].at; }
+  void Close(int64_t k) {
+    const Slot& slot = slots_[k % kSlots];
+    if (slot.staged) Copy(k * per_call_, k * per_call_ + n(k), slot.at, false);
+  }
+
+ private:
+  struct Slot {
+    char* at = nullptr;
+    bool staged = false;
+  };
+  // The buffer holding element `e` (the last of any empty buffers before it skipped).
+  size_t Piece(int64_t e) const {
+    return (size_t)(std::upper_bound(starts_.begin(), starts_.end(), e) - starts_.begin()) - 1;
+  }
+  // Elements [begin, end) of the concatenation into (pack) or out of the staged slice
+  // that starts at element `begin`.
+  void Copy(int64_t begin, int64_t end, char* slice, bool pack) {
+    const int64_t base = begin;
+    for (size_t i = Piece(begin); begin < end; ++i) {
+      const int64_t stop = std::min(end, starts_[i + 1]);
+      if (stop <= begin) continue;  // an empty buffer
+      char* in_buf = (char*)bufs_[i] + (begin - starts_[i]) * esize_;
+      char* in_slice = slice + (begin - base) * esize_;
+      const size_t bytes = (size_t)(stop - begin) * esize_;
+      if (pack) {
+        std::memcpy(in_slice, in_buf, bytes);
+      } else {
+        std::memcpy(in_buf, in_slice, bytes);
+      }
+      begin = stop;
+    }
+  }
+  const std::vector<void*>& bufs_;
+  std::vector<int64_t> starts_;  // element offset of each buffer, then the total
+  int esize_;
+  int64_t per_call_;
+  std::vector<char>* staging_;
+  Slot slots_[kSlots];
+};
+
+}  // namespace
+
+Status MPIHierarchicalBackend::AllreduceBuffers(const std::vector<void*>& bufs,
+                                                const std::vector<int64_t>& counts, DataType dtype,
+                                                ReduceOp op, double /*scale*/, bool* scaled) {
   *scaled = false;
   const int esize = DTypeSize(dtype);
   // Between more than 2 hosts a slice is cut into one block per host for the ring: 2 x
@@ -100,12 +180,13 @@ Status MPIHierarchicalBackend::Allreduce(void* buf, int64_t count, DataType dtyp
   const int64_t per_call = std::max<int64_t>(1, std::min<int64_t>(slice, 1ll << 30) / esize);
   const MPI_Datatype type = flat_->Type(dtype);
   const MPI_Op mpi_op = flat_->Op(dtype, op);  // Average sums; the executor divides by size
-  char* p = static_cast<char*>(buf);
-  const int64_t slices = (count + per_call - 1) / per_call;
+  Pieces pieces(bufs, counts, esize, per_call, &staging_);
+  const int64_t count = pieces.count();
+  const int64_t slices = pieces.slices();
   const bool root = local_rank_ == 0;
   const bool local = local_size_ > 1, cross = root && cross_size_ > 1;
-  auto n_of = [&](int64_t k) { return static_cast<int>(std::min(per_call, count - k * per_call)); };
-  auto at = [&](int64_t k) { return p + k * per_call * esize; };
+  auto n_of = [&](int64_t k) { return pieces.n(k); };
+  auto at = [&](int64_t k) { return pieces.at(k); };
   // On a local root between hosts every wait is a link wait (never asleep: asleep in a wait
   // within the host it would leave the transfer between hosts without progress), bounded
   // by the bytes of the slices in flight. The other ranks wait as on one host (asleep on
@@ -129,15 +210,21 @@ Status MPIHierarchicalBackend::Allreduce(void* buf, int64_t count, DataType dtyp
   const char* kAcross = "MPI_Iallreduce (hierarchical allreduce, across hosts)";
   const char* kBcast = "MPI_Ibcast (hierarchical allreduce, within the host)";
   // A pipeline of slices: at step t, slice t is reduced onto local rank 0 while slice t-1
-  // crosses between the hosts and slice t-2 is broadcast within the host. Every rank of a
-  // host starts its calls on `local_` in the same order (reduce t, then broadcast t-2)
-  // whatever completes when, as MPI requires of nonblocking collectives. After an error
-  // nothing new starts; what started is waited for.
+  // crosses between the hosts and slice t-2 is broadcast within the host; slice t-3, whose
+  // broadcast is done, leaves (Pieces::Close). Every rank of a host starts its calls on
+  // `local_` in the same order (reduce t, then broadcast t-2) whatever completes when, as
+  // MPI requires of nonblocking collectives. After an error nothing new starts; what
+  // started is waited for, and nothing is copied back.
+  int64_t closed = 0;  // slices [0, closed) have left the pipeline
   for (int64_t t = 0; t < slices + 2 && result.ok(); ++t) {
-    if (local && t < slices) {
-      // Local rank 0 reduces in place; the others only send (no receive buffer).
-      start(MPI_Ireduce(root ? MPI_IN_PLACE : at(t), root ? at(t) : nullptr, n_of(t), type, mpi_op,
-                        0, local_, &reduce[t]), kReduce);
+    if (t < slices) {
+      char* p = pieces.Open(t);
+      if (local) {
+        // Local rank 0 reduces in place; the others only send (no receive buffer).
+        start(MPI_Ireduce(root ? MPI_IN_PLACE : p, root ? p : nullptr, n_of(t), type, mpi_op, 0,
+                          local_, &reduce[t]),
+              kReduce);
+      }
     }
     const int64_t k1 = t - 1, k2 = t - 2;
     if (k1 >= 0 && k1 < slices && result.ok()) {
@@ -156,7 +243,10 @@ Status MPIHierarchicalBackend::Allreduce(void* buf, int64_t count, DataType dtyp
       if (local && result.ok()) {
         start(MPI_Ibcast(at(k2), n_of(k2), type, 0, local_, &bcast[k2]), kBcast);
       }
-      if (k2 >= 1) wait(&bcast[k2 - 1], kBcast);
+      if (k2 >= 1) {
+        wait(&bcast[k2 - 1], kBcast);
+        if (result.ok()) pieces.Close(closed++);
+      }
     }
   }
   for (int64_t k = 0; k < slices; ++k) {
@@ -164,6 +254,7 @@ Status MPIHierarchicalBackend::Allreduce(void* buf, int64_t count, DataType dtyp
     wait(&across[k], kAcross);
     wait(&bcast[k], kBcast);
   }
+  for (; result.ok() && closed < slices; ++closed) pieces.Close(closed);
   return result;
 }
 
