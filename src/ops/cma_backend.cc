@@ -10,6 +10,7 @@
 #include <cstring>
 #include <string>
 
+#include "ops/concatenation.h"
 #include "ops/mpi_wait.h"
 #include "ops/shared_regions.h"
 
@@ -244,26 +245,14 @@ Status CMABackend::AllreduceBuffers(const std::vector<void*>& bufs,
   const MPI_Datatype type = flat_->Type(dtype);
   const MPI_Op mpi_op = flat_->ReductionOp(dtype, op, scale, scaled);
   const size_t k = bufs.size();
-  // starts[i]: first element of buffer i in the concatenation; every rank has the same
-  // counts (negotiated), so blocks cut the same buffers everywhere.
-  std::vector<int64_t> starts(k + 1, 0);
-  for (size_t i = 0; i < k; ++i) starts[i + 1] = starts[i] + counts[i];
-  const int64_t total = starts[k];
+  // Every rank has the same counts, so blocks cut the same buffers everywhere.
+  const Concatenation concat(counts);
+  const int64_t total = concat.total();
   // Each rank's buffer addresses, and how many of its buffers lie in shared regions.
   std::vector<int64_t> nbytes(k);
   for (size_t i = 0; i < k; ++i) nbytes[i] = counts[i] * esize;
   std::vector<SharedRef> refs;
   const uint64_t shared = FindSharedRegions(bufs, nbytes, &refs);
-  // Walks the parts of [lo, hi) of the concatenation: f(buffer, first element, elements).
-  auto walk = [&](int64_t lo, int64_t hi, auto&& f) {
-    size_t i = std::upper_bound(starts.begin(), starts.end(), lo) - starts.begin() - 1;
-    for (int64_t at = lo; at < hi; ++i) {
-      if (counts[i] == 0) continue;
-      const int64_t off = at - starts[i], n = std::min(hi, starts[i + 1]) - at;
-      f(i, off, n);
-      at += n;
-    }
-  };
   const int64_t lo = BlockStart(total, size_, rank_), hi = BlockStart(total, size_, rank_ + 1);
   // Buffers that are not all in shared regions: what the peers read of them (every block
   // but ours now, ours once reduced) goes to the staging region, at its offset in the
@@ -272,11 +261,11 @@ Status CMABackend::AllreduceBuffers(const std::vector<void*>& bufs,
                     ? Stage(total * esize)
                     : nullptr;
   auto to_stage = [&](size_t i, int64_t off, int64_t n) {
-    std::memcpy(stage + (starts[i] + off) * esize, static_cast<char*>(bufs[i]) + off * esize, n * esize);
+    std::memcpy(stage + (concat.start(i) + off) * esize, static_cast<char*>(bufs[i]) + off * esize, n * esize);
   };
   if (stage) {
-    walk(0, lo, to_stage);
-    walk(hi, total, to_stage);
+    concat.Walk(0, lo, to_stage);
+    concat.Walk(hi, total, to_stage);
   }
   // Each rank's words: its buffers' addresses, how many of them lie in shared regions, and
   // its staging region (fd << 32 | id, 0 when not staged).
@@ -335,7 +324,7 @@ Status CMABackend::AllreduceBuffers(const std::vector<void*>& bufs,
     return staged[q] != nullptr || (k > 0 && mapped[q * k + k - 1] != nullptr);
   };
   auto peer_at = [&](int q, size_t i, int64_t off) {
-    return staged[q] ? staged[q] + (starts[i] + off) * esize : mapped[q * k + i] + off * esize;
+    return staged[q] ? staged[q] + (concat.start(i) + off) * esize : mapped[q * k + i] + off * esize;
   };
   // Reduce-scatter: this rank's block, piece by piece; each peer's piece read into the
   // scratch buffer and combined into ours.
@@ -346,7 +335,7 @@ Status CMABackend::AllreduceBuffers(const std::vector<void*>& bufs,
     for (int j = 1; j < size_ && failed.ok(); ++j) {
       const int q = (rank_ + j) % size_;
       if (through_mapping(q)) {
-        walk(at, end, [&](size_t i, int64_t off, int64_t n) {
+        concat.Walk(at, end, [&](size_t i, int64_t off, int64_t n) {
           if (!failed.ok()) return;
           failed = CheckMPI(MPI_Reduce_local(peer_at(q, i, off),
                                              static_cast<char*>(bufs[i]) + off * esize, (int)n,
@@ -356,21 +345,21 @@ Status CMABackend::AllreduceBuffers(const std::vector<void*>& bufs,
       }
       copies_.clear();
       char* dst = scratch_.data();
-      walk(at, end, [&](size_t i, int64_t off, int64_t n) {
+      concat.Walk(at, end, [&](size_t i, int64_t off, int64_t n) {
         copies_.push_back({dst, addrs[q * k + i] + off * esize, n * esize});
         dst += n * esize;
       });
       failed = Read(q, copies_);
       if (!failed.ok()) break;
       const char* src = scratch_.data();
-      walk(at, end, [&](size_t i, int64_t off, int64_t n) {
+      concat.Walk(at, end, [&](size_t i, int64_t off, int64_t n) {
         if (!failed.ok()) return;
         failed = CheckMPI(MPI_Reduce_local(src, static_cast<char*>(bufs[i]) + off * esize, (int)n,
                                         type, mpi_op), "MPI_Reduce_local");
         src += n * esize;
       });
     }
-    if (stage && failed.ok()) walk(at, end, to_stage);  // the reduced piece, still in cache
+    if (stage && failed.ok()) concat.Walk(at, end, to_stage);  // the reduced piece, still in cache
   }
   s = Barrier(comm_);
   if (!s.ok()) return s;
@@ -378,14 +367,14 @@ Status CMABackend::AllreduceBuffers(const std::vector<void*>& bufs,
   for (int j = 1; j < size_ && failed.ok(); ++j) {
     const int q = (rank_ + j) % size_;
     if (through_mapping(q)) {
-      walk(BlockStart(total, size_, q), BlockStart(total, size_, q + 1),
+      concat.Walk(BlockStart(total, size_, q), BlockStart(total, size_, q + 1),
            [&](size_t i, int64_t off, int64_t n) {
              std::memcpy(static_cast<char*>(bufs[i]) + off * esize, peer_at(q, i, off), n * esize);
            });
       continue;
     }
     copies_.clear();
-    walk(BlockStart(total, size_, q), BlockStart(total, size_, q + 1),
+    concat.Walk(BlockStart(total, size_, q), BlockStart(total, size_, q + 1),
          [&](size_t i, int64_t off, int64_t n) {
            copies_.push_back({static_cast<char*>(bufs[i]) + off * esize,
                               addrs[q * k + i] + off * esize, n * esize});

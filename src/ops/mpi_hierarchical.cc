@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/concatenation.h"
 #include "ops/mpi_wait.h"
 
 namespace mxhorovod {
@@ -94,7 +95,7 @@ Status MPIHierarchicalBackend::Allreduce(void* buf, int64_t count, DataType dtyp
 
 namespace {
 
-// The concatenation of a group's buffers, cut into slices of per_call elements. Open(k)
+// A group's concatenation (Concatenation), cut into slices of per_call elements. Open(k)
 // gives slice k's memory: the buffer itself when the slice lies within one buffer, else a
 // staging slot (k % kSlots) filled from the buffers; Close(k) copies a staged slice back.
 class Pieces {
@@ -102,31 +103,27 @@ class Pieces {
   static constexpr int kSlots = 4;  // slices in the pipeline at once: t, t-1, t-2, t-3
   Pieces(const std::vector<void*>& bufs, const std::vector<int64_t>& counts, int esize,
          int64_t per_call, std::vector<char>* staging)
-      : bufs_(bufs), esize_(esize), per_call_(per_call), staging_(staging) {
-    starts_.push_back(0);
-    for (int64_t c : counts) starts_.push_back(starts_.back() + c);
-  }
-  int64_t count() const { return starts_.back(); }
+      : bufs_(bufs), concat_(counts), esize_(esize), per_call_(per_call), staging_(staging) {}
+  int64_t count() const { return concat_.total(); }
   int64_t slices() const { return (count() + per_call_ - 1) / per_call_; }
   int n(int64_t k) const { return (int)std::min(per_call_, count() - k * per_call_); }
   char* Open(int64_t k) {
-    const int64_t begin = k * per_call_, end = begin + n(k);
-    const size_t i = Piece(begin);
+    const int64_t begin = k * per_call_;
     Slot& slot = slots_[k % kSlots];
-    if (end <= starts_[i + 1]) {
-      slot = {(char*)bufs_[i] + (begin - starts_[i]) * esize_, false};
-      return slot.at;
-    }
+    int parts = 0;
+    concat_.Walk(begin, begin + n(k), [&](size_t i, int64_t off, int64_t) {
+      if (parts++ == 0) slot = {(char*)bufs_[i] + off * esize_, false};
+    });
+    if (parts == 1) return slot.at;
     const size_t need = (size_t)kSlots * per_call_ * esize_;
     if (staging_->size() < need) staging_->resize(need);
     slot = {staging_->data() + (size_t)(k % kSlots) * per_call_ * esize_, true};
-    Copy(begin, end, slot.at, true);
+    Copy(k, true);
     return slot.at;
   }
   char* at(int64_t k) const { return slots_[k % kSlots].at; }
   void Close(int64_t k) {
-    const Slot& slot = slots_[k % kSlots];
-    if (slot.staged) Copy(k * per_call_, k * per_call_ + n(k), slot.at, false);
+    if (slots_[k % kSlots].staged) Copy(k, false);
   }
 
  private:
@@ -134,30 +131,22 @@ class Pieces {
     char* at = nullptr;
     bool staged = false;
   };
-  // The buffer holding element `e` (the last of any empty buffers before it skipped).
-  size_t Piece(int64_t e) const {
-    return (size_t)(std::upper_bound(starts_.begin(), starts_.end(), e) - starts_.begin()) - 1;
-  }
-  // Elements [begin, end) of the concatenation into (pack) or out of the staged slice
-  // that starts at element `begin`.
-  void Copy(int64_t begin, int64_t end, char* slice, bool pack) {
-    const int64_t base = begin;
-    for (size_t i = Piece(begin); begin < end; ++i) {
-      const int64_t stop = std::min(end, starts_[i + 1]);
-      if (stop <= begin) continue;  // an empty buffer
-      char* in_buf = (char*)bufs_[i] + (begin - starts_[i]) * esize_;
-      char* in_slice = slice + (begin - base) * esize_;
-      const size_t bytes = (size_t)(stop - begin) * esize_;
+  // Slice k's elements into (pack) or out of its staging slot.
+  void Copy(int64_t k, bool pack) {
+    const int64_t begin = k * per_call_;
+    char* slice = slots_[k % kSlots].at;
+    concat_.Walk(begin, begin + n(k), [&](size_t i, int64_t off, int64_t count) {
+      char* in_buf = (char*)bufs_[i] + off * esize_;
+      char* in_slice = slice + (concat_.start(i) + off - begin) * esize_;
       if (pack) {
-        std::memcpy(in_slice, in_buf, bytes);
+        std::memcpy(in_slice, in_buf, (size_t)count * esize_);
       } else {
-        std::memcpy(in_buf, in_slice, bytes);
+        std::memcpy(in_buf, in_slice, (size_t)count * esize_);
       }
-      begin = stop;
-    }
+    });
   }
   const std::vector<void*>& bufs_;
-  std::vector<int64_t> starts_;  // element offset of each buffer, then the total
+  const Concatenation concat_;
   int esize_;
   int64_t per_call_;
   std::vector<char>* staging_;
