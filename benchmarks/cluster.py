@@ -183,18 +183,34 @@ class Job:
 
     def row(self, step, reps):
         """Warm-up, then ``reps`` timed calls of ``step`` (all ranks start together);
-        returns (time stats, {host: bytes sent per call})."""
-        step()
-        self.comm.Barrier()
-        before = self.sent()
-        times = []
-        for _ in range(reps):
-            self.comm.Barrier()
-            t0 = time.perf_counter()
+        returns (time stats, {host: bytes sent per call}, CPU seconds per call)."""
+        t, sent, cpu = self.rows([step], reps)
+        return t[0], sent[0], cpu[0]
+
+    def rows(self, steps, reps):
+        """Like row() for several steps, run in turn within each repetition (C, E, T, C,
+        E, T, ...: a drift of the machine's speed reaches each alike). Returns lists: time
+        stats, {host: bytes sent per call} and CPU seconds per call (this process's threads,
+        the most of any rank) of each step."""
+        for step in steps:
             step()
-            times.append(self.comm.allreduce(time.perf_counter() - t0, op=self.MPI.MAX))
-        after = self.sent()
-        return stats(times), {h: (after[h] - before[h]) / reps for h in after}
+        times = [[] for _ in steps]
+        sent = [dict() for _ in steps]
+        cpu = [0.0 for _ in steps]
+        for _ in range(reps):
+            for i, step in enumerate(steps):
+                self.comm.Barrier()
+                before = self.sent()
+                self.comm.Barrier()
+                c0, t0 = time.process_time(), time.perf_counter()
+                step()
+                t1, c1 = time.perf_counter(), time.process_time()
+                times[i].append(self.comm.allreduce(t1 - t0, op=self.MPI.MAX))
+                cpu[i] += self.comm.allreduce(c1 - c0, op=self.MPI.MAX) / reps
+                after = self.sent()
+                for h in after:
+                    sent[i][h] = sent[i].get(h, 0) + (after[h] - before[h]) / reps
+        return [stats(t) for t in times], sent, cpu
 
 
 def mpi4py_step(job, nbytes):
@@ -253,9 +269,9 @@ def worker(args):
     rows = []
     for payload in args.payloads:
         nbytes = payload_bytes(payload)
-        t, sent = job.row(mpi4py_step(job, nbytes), args.reps)
+        t, sent, cpu = job.row(mpi4py_step(job, nbytes), args.reps)
         rows.append({"row": "mpi4py Allreduce", "payload": payload, "bytes": nbytes,
-                     "time_s": t, "sent": sent})
+                     "time_s": t, "sent": sent, "cpu_s": cpu})
     modes = [(m, False) for m in args.modes] if args.impl == "mxhorovod" else \
         [("flat", False), ("hierarchical", False)]
     if args.fp16 and args.impl == "mxhorovod":
@@ -269,12 +285,12 @@ def worker(args):
         for payload in args.payloads:
             if fp16 and not payload.startswith("resnet50"):
                 continue
-            t, sent = job.row(hvd_steps(hvd, mx, payload, nets, fp16), args.reps)
+            t, sent, cpu = job.row(hvd_steps(hvd, mx, payload, nets, fp16), args.reps)
             name = ("horovod " if args.impl == "horovod" else "") + mode + (" fp16" if fp16 else "")
             # float16 on the wire: half the payload's bytes must cross.
             rows.append({"row": name, "payload": payload,
                          "bytes": payload_bytes(payload) // (2 if fp16 else 1),
-                         "time_s": t, "sent": sent})
+                         "time_s": t, "sent": sent, "cpu_s": cpu})
         hvd.shutdown()
     if args.train and args.impl == "mxhorovod":
         rows += train_rows(job, hvd, mx, args)
@@ -311,16 +327,13 @@ def train_rows(job, hvd, mx, args):
     def exchange():
         dist.allreduce_grads()
         mx.nd.waitall()
-    out = []
-    res = {}
-    for name, fn in (("train compute C", step(plain)), ("train exchange E", exchange),
-                     ("train step T", step(dist))):
-        t, sent = job.row(fn, args.reps)
-        res[name] = t["median"]
-        out.append({"row": name, "payload": "resnet50", "bytes": payload_bytes("resnet50"),
-                    "time_s": t, "sent": sent, "batch": args.batch})
+    names = ("train compute C", "train exchange E", "train step T")
+    times, sent, cpu = job.rows([step(plain), exchange, step(dist)], args.reps)
     hvd.shutdown()
-    c, e, t = res["train compute C"], res["train exchange E"], res["train step T"]
+    out = [{"row": name, "payload": "resnet50", "bytes": payload_bytes("resnet50"),
+            "time_s": t, "sent": s, "cpu_s": c, "batch": args.batch}
+           for name, t, s, c in zip(names, times, sent, cpu)]
+    c, e, t = (r["time_s"]["median"] for r in out)
     for r in out:
         r["overlap"] = 1 - (t - c) / e
     return out
@@ -439,17 +452,20 @@ def run_setting(setting, args):
 def report(res):
     print("\n%s: %d hosts x %d ranks, each host's eth0 capped at %s; median (min..max) ms; "
           "ratio = median / TCP floor's median; sent = MiB each host sent per call "
-          "(must be >= %.2f x payload)" % (res["setting"], res["hosts"], res["ranks_per_host"],
+          "(must be >= %.2f x payload); cpu = CPU seconds per call of a rank's threads "
+          "(the most of any rank)" % (res["setting"], res["hosts"], res["ranks_per_host"],
                                             res["rate"], 2.0 * (res["hosts"] - 1) / res["hosts"]))
-    print("%-26s %-10s %28s %7s  %-24s %s" % ("row", "payload", "ms", "ratio", "sent MiB", "counts"))
+    print("%-26s %-10s %28s %7s  %-24s %-6s %s" % ("row", "payload", "ms", "ratio", "sent MiB",
+                                                    "counts", "cpu s"))
     for payload, f in res["floors"].items():
-        print("%-26s %-10s %28s %7.2f  %-24s %s" % ("tcp floor", payload, fmt(f), 1.0, "-", "-"))
+        print("%-26s %-10s %28s %7.2f  %-24s %-6s %s" % ("tcp floor", payload, fmt(f), 1.0, "-",
+                                                         "-", "-"))
     for r in res["rows"]:
         sent = " ".join("%.1f" % (r["sent"][hh] / MiB) for hh in sorted(r["sent"]))
-        print("%-26s %-10s %28s %7s  %-24s %s" % (
+        print("%-26s %-10s %28s %7s  %-24s %-6s %.2f" % (
             r["row"], r["payload"], fmt(r["time_s"]),
             "-" if r["ratio"] is None else "%.2f" % r["ratio"], sent,
-            "-" if r["counts"] is None else "yes" if r["counts"] else "NO"))
+            "-" if r["counts"] is None else "yes" if r["counts"] else "NO", r["cpu_s"]))
     ov = [r["overlap"] for r in res["rows"] if "overlap" in r]
     if ov:
         print("training (ResNet-50 v1, batch %d per rank): overlap 1 - (T - C) / E = %.2f"

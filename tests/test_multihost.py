@@ -259,11 +259,12 @@ LINK_DOWN = re.compile(
     r"ends the job \(MPI_Abort\)")
 
 
-@pytest.mark.parametrize("env,ppn,how", [({}, 2, "down"), ({}, 2, "slow"), (FLAT, 1, "slow")],
-                         ids=["2x2-default-down", "2x2-default-slow", "2x1-flat-slow"])
+@pytest.mark.parametrize("env,ppn,how", [({}, 2, "down"), ({}, 2, "slow"),
+                                         (dict(FLAT, MXHOROVOD_LINK_SLEEP_US="0"), 1, "slow")],
+                         ids=["2x2-default-down", "2x2-default-slow", "2x1-flat-yield-slow"])
 def test_transfer_bound_ends_the_job(hosts, env, ppn, how):
     # h2's eth0 goes down, or to 1 Mbit/s, after a first allreduce; the next 16 MiB one
-    # cannot finish in time. The bound (3 s + bytes at 80 Mbit/s) ends the job with the
+    # cannot finish in time (the flat case with waits that yield instead of sleeping). The bound (3 s + bytes at 80 Mbit/s) ends the job with the
     # error naming the other host; with the link slow, in the allreduce's data calls (the
     # negotiation's small messages still pass).
     settings = dict(env, MXHOROVOD_TRANSFER_TIMEOUT_SECONDS="3", MXHOROVOD_TRANSFER_MIN_MBITS="80")
@@ -351,6 +352,10 @@ def test_transfer_settings_in_one_process(monkeypatch):
     with pytest.raises(ValueError, match="MXHOROVOD_TRANSFER_MIN_MBITS='fast'"):
         hvd.init()
     monkeypatch.setenv("MXHOROVOD_TRANSFER_MIN_MBITS", "10")
+    monkeypatch.setenv("MXHOROVOD_LINK_SLEEP_US", "-5")
+    with pytest.raises(ValueError, match="MXHOROVOD_LINK_SLEEP_US='-5'"):
+        hvd.init()
+    monkeypatch.setenv("MXHOROVOD_LINK_SLEEP_US", "20")
     monkeypatch.setenv("MXHOROVOD_TRANSFER_TIMEOUT_SECONDS", "0")
     hvd.init()
     try:

@@ -89,6 +89,8 @@ Config Config::FromEnv() {
                                 "must be above 0 megabits per second (to turn the bound off, "
                                 "set MXHOROVOD_TRANSFER_TIMEOUT_SECONDS=0)");
   }
+  c.link_sleep_us = (int)std::min(1e5, std::max(0.0, EnvNumber("MXHOROVOD_LINK_SLEEP_US",
+                                                                 c.link_sleep_us)));
   c.thread_affinity = EnvCoreList("HOROVOD_THREAD_AFFINITY");
   if (const char* simd = std::getenv("MXHOROVOD_SIMD")) {
     SimdPath unused;

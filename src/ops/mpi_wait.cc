@@ -302,25 +302,36 @@ Status WaitLink(MPI_Request* req, const char* what, const LinkWait& link) {
   Bell* bell = g_bell;
   const Clock::time_point start = Clock::now();
   const double bound = TransferBoundSeconds(link.bytes);
+  const Clock::time_point busy_until = start + std::chrono::microseconds(g_policy.data_busy_us);
+  const long pause_us = g_policy.link_sleep_us;
   SlowWaitReport slow(what, g_policy.warn_after_s);
   EndedPeerCheck ended(what);
   bool ring = true;
+  bool busy = true;
   for (long round = 0;; ++round) {
     int done = 0;
     int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
     if (bell && (ring || done)) Ring(bell);
     ring = false;
     if (rc != MPI_SUCCESS || done) return CheckMPI(rc, what);
-    if ((round & 255) != 255) {
+    if (busy) {
+      if ((round & 15) != 15) continue;
+      busy = Clock::now() < busy_until;
+      continue;
+    }
+    if (pause_us > 0) {
+      timespec ts{0, pause_us * 1000};
+      nanosleep(&ts, nullptr);
+    } else if ((round & 255) != 255) {
       sched_yield();
       continue;
     }
-    // About every 256 tests (well under a millisecond): the clocks.
+    // Every pause, or about every 256 yields (well under a millisecond): the clocks.
     slow.Check();
     ended.Check();
     const double waited = std::chrono::duration<double>(Clock::now() - start).count();
     if (bound <= 0 || waited <= bound) {
-      sched_yield();
+      if (pause_us <= 0) sched_yield();
       continue;
     }
     TransferTimedOut(what, link, waited, bound);

@@ -49,14 +49,21 @@ struct WaitPolicy {
   // and MXHOROVOD_TRANSFER_MIN_MBITS.
   double transfer_base_s = 30;
   double transfer_min_mbits = 100;
+  // The pause between tests of a wait between hosts (LinkWait), after data_busy_us of
+  // tests back to back; 0: the wait yields its core between tests and never sleeps.
+  int link_sleep_us = 50;
 };
 
-// A data call over a communicator that spans hosts. Its wait never sleeps: MPI moves bytes
-// over TCP only while some call of this process drives its progress, and a rank that slept
-// between tests left the link idle (a 64 MiB allreduce on 2 hosts x 2 ranks at 1 Gbit/s:
-// 1391 ms against 649 with MPI's blocking call, 2026-12-05). It tests and yields the core
-// to runnable threads instead. And it is bounded (WaitPolicy::transfer_*): past the bound
-// the job ends with an error naming `peers` and the collective.
+// A data call over a communicator that spans hosts. MPI moves bytes over TCP only while
+// some call of this process drives its progress: the wait tests back to back for
+// data_busy_us, then sleeps link_sleep_us (50 us: 6 KB at 1 Gbit/s, well within the
+// socket buffers) between tests. It never sleeps on the doorbell or for the growing pauses
+// of WaitRequest (a 64 MiB allreduce on 2 hosts x 2 ranks at 1 Gbit/s took 1391 ms with
+// them against 649 with MPI's blocking call). A wait that yielded instead of sleeping
+// moved the bytes as fast but took 5.6 times the CPU (0.56 s per 64 MiB at 1 Gbit/s, 2
+// hosts x 1 rank, against 0.10), which the model's threads need when the exchange
+// overlaps backward. And it is bounded (WaitPolicy::transfer_*): past the bound the job
+// ends with an error naming `peers` and the collective.
 struct LinkWait {
   int64_t bytes = 0;  // the most this host sends over its link during the call
   std::string peers;  // the host(s) the call exchanges bytes with, "h2" or "h2, h3"
