@@ -6,7 +6,8 @@ Integer tensors are never touched. Names and behaviour follow ``horovod.mxnet.Co
 """
 import numpy as np
 
-__all__ = ["Compressor", "NoneCompressor", "FP16Compressor", "Compression"]
+__all__ = ["Compressor", "NoneCompressor", "FP16Compressor", "Compression", "compress_into",
+           "decompress_into"]
 
 
 class Compressor(object):
@@ -58,6 +59,51 @@ class FP16Compressor(Compressor):
         if ctx is not None and np.dtype(tensor.dtype) != np.dtype(ctx):
             return tensor.astype(ctx)
         return tensor
+
+    @staticmethod
+    def compress_into(tensor, buffers, key):
+        """``compress(tensor)``, cast into a float16 array kept in ``buffers`` (a dict) under
+        ``key`` and reused while the tensor's shape and device stay the same: no new array
+        each step. Returns (array to send, original dtype)."""
+        if not _is_float(tensor.dtype) or np.dtype(tensor.dtype) == np.float16:
+            return tensor, tensor.dtype
+        import mxnet as mx
+        buf = buffers.get(key)
+        if buf is None or buf.shape != tensor.shape or buf.context != tensor.context:
+            buf = mx.nd.empty(tensor.shape, ctx=tensor.context, dtype=np.float16)
+            buffers[key] = buf
+        mx.nd.cast(tensor, dtype="float16", out=buf)
+        return buf, tensor.dtype
+
+    @staticmethod
+    def decompress_into(tensor, ctx, out):
+        """Writes ``decompress(tensor, ctx)`` into ``out`` (an NDArray of ``ctx``'s dtype
+        and ``tensor``'s shape) with one cast: no temporary array and no copy."""
+        import mxnet as mx
+        mx.nd.cast(tensor, dtype=np.dtype(out.dtype).name, out=out)
+
+
+def compress_into(compression, tensor, buffers, key):
+    """``compression.compress(tensor)``, into an array of ``buffers`` (a dict, key ``key``)
+    reused from step to step where the compressor has ``compress_into``
+    (``Compression.fp16``); a compressor with Horovod's interface only gets ``compress``."""
+    into = getattr(compression, "compress_into", None)
+    if into is not None:
+        return into(tensor, buffers, key)
+    return compression.compress(tensor)
+
+
+def decompress_into(compression, tensor, ctx, out):
+    """``out[:] = compression.decompress(tensor, ctx)``, in one pass where the compressor
+    has ``decompress_into`` (``Compression.fp16``: a cast straight into ``out``). A
+    compressor with ``compress`` and ``decompress`` only (Horovod's interface) gets the
+    assignment. ``tensor`` must not be ``out`` (MXNet never runs a copy of an array onto
+    itself)."""
+    into = getattr(compression, "decompress_into", None)
+    if into is not None:
+        into(tensor, ctx, out)
+    else:
+        out[:] = compression.decompress(tensor, ctx)
 
 
 class Compression(object):

@@ -12,7 +12,7 @@ import numpy as np
 
 from mxhorovod import Average, allreduce_, grouped_allreduce_
 from mxhorovod.buckets import GradientBuckets
-from mxhorovod.compression import Compression
+from mxhorovod.compression import Compression, compress_into, decompress_into
 from mxhorovod.mpi_ops import gradient_reduction
 from mxhorovod.naming import next_number
 from mxhorovod.optimizer import DistributedOptimizer, allreduce_row_sparse_, split_list
@@ -141,6 +141,7 @@ class DistributedTrainer(mx.gluon.Trainer):
         n = len(self._params)
         self._priorities = [position.get(id(p), i) - n for i, p in enumerate(self._params)]
         self._compression = compression
+        self._wire = {}  # the compressor's reused arrays (compress_into)
         self._gradient_predivide_factor = float(gradient_predivide_factor)
         self._prefix = prefix  # None: numbered at the first reduction (_auto_prefix)
         self._names = {}  # parameter index -> collective name (_name)
@@ -309,10 +310,10 @@ class DistributedTrainer(mx.gluon.Trainer):
         prio = [max(self._priorities[i] for i in b.indices) for b in buckets]
         if self._num_groups <= 0:
             for b, name, pr in zip(buckets, names, prio):
-                sent, ctx = self._compression.compress(b.flat)
+                sent, ctx = self._compress(b.flat, name)
                 allreduce_(sent, name=name, priority=pr, **self._reduce_kwargs())
                 if sent is not b.flat:
-                    b.flat[:] = self._compression.decompress(sent, ctx)
+                    decompress_into(self._compression, sent, ctx, b.flat)
             return
         for group in split_list(list(range(len(buckets))), self._num_groups):
             by_dtype = {}
@@ -320,19 +321,24 @@ class DistributedTrainer(mx.gluon.Trainer):
                 by_dtype.setdefault(buckets[k].dtype.name, []).append(k)
             for dtype in sorted(by_dtype):
                 ks = by_dtype[dtype]
-                sent = [self._compression.compress(buckets[k].flat) for k in ks]
+                sent = [self._compress(buckets[k].flat, names[k]) for k in ks]
                 grouped_allreduce_([t for t, _ in sent],
                                    name="%s:%d" % (names[ks[0]], len(ks)),
                                    priority=max(prio[k] for k in ks), **self._reduce_kwargs())
                 for k, (t, ctx) in zip(ks, sent):
                     if t is not buckets[k].flat:
-                        buckets[k].flat[:] = self._compression.decompress(t, ctx)
+                        decompress_into(self._compression, t, ctx, buckets[k].flat)
+
+    def _compress(self, tensor, key):
+        """The compressed array to send of ``tensor`` (a gradient ``key``: its index, or a
+        bucket's name), in a wire buffer kept from step to step where the compressor can."""
+        return compress_into(self._compression, tensor, self._wire, key)
 
     def _allreduce_one(self, i, grad, kwargs):
-        sent, ctx = self._compression.compress(grad)
+        sent, ctx = self._compress(grad, i)
         allreduce_(sent, name=self._name(i), priority=self._priorities[i], **kwargs)
         if sent is not grad:  # never copy an array onto itself: that engine op never runs
-            grad[:] = self._compression.decompress(sent, ctx)
+            decompress_into(self._compression, sent, ctx, grad)
 
     def _allreduce_grouped(self, entries):
         for group in split_list(entries, self._num_groups):
@@ -341,7 +347,7 @@ class DistributedTrainer(mx.gluon.Trainer):
                 by_dtype.setdefault(np.dtype(grad.dtype).name, []).append((i, grad))
             for dtype in sorted(by_dtype):
                 members = by_dtype[dtype]
-                sent = [self._compression.compress(g) for _, g in members]
+                sent = [self._compress(g, i) for i, g in members]
                 first, last = members[0][0], members[-1][0]
                 grouped_allreduce_([t for t, _ in sent],
                                    name="%s:%d" % (self._name(first), last),
@@ -349,7 +355,7 @@ class DistributedTrainer(mx.gluon.Trainer):
                                    **self._reduce_kwargs())
                 for (_, grad), (t, ctx) in zip(members, sent):
                     if t is not grad:
-                        grad[:] = self._compression.decompress(t, ctx)
+                        decompress_into(self._compression, t, ctx, grad)
 
     def _allreduce_row_sparse(self, i, grad):
         # The core refuses row_sparse arrays: densified, written back holding the rows

@@ -289,25 +289,43 @@ def row_sparse_weight_module():
     row_sparse_optimizer_module("row_sparse")
 
 
+class _HorovodStyleFP16(object):
+    """A user's compressor with Horovod's interface only (compress and decompress, no
+    decompress_into): the trainer assigns what decompress returns."""
+    calls = 0
+
+    @staticmethod
+    def compress(tensor):
+        _HorovodStyleFP16.calls += 1
+        return tensor.astype("float16"), tensor.dtype
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        return tensor.astype(ctx)
+
+
 def fp16_compression():
-    """Compression.fp16: same training up to float16 rounding of the gradients."""
+    """Compression.fp16 (its cast straight into the gradient) and a compressor with
+    Horovod's interface only: same training up to float16 rounding of the gradients."""
     x, y = global_data(2, B, seed=8)
-    net, ref = pair("fp16")
-    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
-    tr = hvd.DistributedTrainer(net.collect_params(), optimizer("sgd"),
-                                compression=hvd.Compression.fp16)
-    ref_tr = gluon.Trainer(ref.collect_params(), optimizer("sgd"), kvstore=None)
-    for s in range(2):
-        forward_backward(net, loss_fn, shard(x, B)[s], shard(y, B)[s])
-        tr.step(B)
-        for p in net.collect_params().values():
-            assert p.grad().dtype == np.float32
-        forward_backward(ref, loss_fn, x[s], y[s])
-        ref_tr.step(x.shape[1])
-    got, want = param_arrays(net), param_arrays(ref)
-    for g, w in zip(got, want):
-        np.testing.assert_allclose(g, w, rtol=2e-3, atol=2e-3 * 0.1)
-    assert_same_on_all_ranks(got, "fp16")
+    for tag, compression in (("fp16", hvd.Compression.fp16), ("hfp16", _HorovodStyleFP16)):
+        net, ref = pair(tag)
+        loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+        tr = hvd.DistributedTrainer(net.collect_params(), optimizer("sgd"),
+                                    compression=compression)
+        ref_tr = gluon.Trainer(ref.collect_params(), optimizer("sgd"), kvstore=None)
+        for s in range(2):
+            forward_backward(net, loss_fn, shard(x, B)[s], shard(y, B)[s])
+            tr.step(B)
+            for p in net.collect_params().values():
+                assert p.grad().dtype == np.float32
+            forward_backward(ref, loss_fn, x[s], y[s])
+            ref_tr.step(x.shape[1])
+        got, want = param_arrays(net), param_arrays(ref)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=2e-3, atol=2e-3 * 0.1)
+        assert_same_on_all_ranks(got, tag)
+    assert _HorovodStyleFP16.calls >= 2
 
 
 def optimizer_on_own_device():
