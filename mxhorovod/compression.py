@@ -83,23 +83,40 @@ class FP16Compressor(Compressor):
         mx.nd.cast(tensor, dtype=np.dtype(out.dtype).name, out=out)
 
 
+def _fast_path(compression, name):
+    """``compression``'s ``<name>_into``, where the class that defines it also defines
+    ``name`` (a subclass of ``Compression.fp16`` that overrides ``compress`` or
+    ``decompress`` gets its own method called, not the inherited fast path); else None."""
+    if isinstance(compression, type):
+        cls = compression
+    elif name in getattr(compression, "__dict__", {}):
+        return None  # set on the instance
+    else:
+        cls = type(compression)
+    owner = next((k for k in cls.__mro__ if name in vars(k)), None)
+    fast = next((k for k in cls.__mro__ if name + "_into" in vars(k)), None)
+    if fast is None or owner is not fast:
+        return None
+    return getattr(compression, name + "_into")
+
+
 def compress_into(compression, tensor, buffers, key):
     """``compression.compress(tensor)``, into an array of ``buffers`` (a dict, key ``key``)
-    reused from step to step where the compressor has ``compress_into``
-    (``Compression.fp16``); a compressor with Horovod's interface only gets ``compress``."""
-    into = getattr(compression, "compress_into", None)
+    reused from step to step where the compressor's class has ``compress_into`` beside its
+    own ``compress`` (``Compression.fp16``). Any other compressor (Horovod's interface:
+    ``compress`` and ``decompress``; a subclass that overrides them) gets ``compress``."""
+    into = _fast_path(compression, "compress")
     if into is not None:
         return into(tensor, buffers, key)
     return compression.compress(tensor)
 
 
 def decompress_into(compression, tensor, ctx, out):
-    """``out[:] = compression.decompress(tensor, ctx)``, in one pass where the compressor
-    has ``decompress_into`` (``Compression.fp16``: a cast straight into ``out``). A
-    compressor with ``compress`` and ``decompress`` only (Horovod's interface) gets the
-    assignment. ``tensor`` must not be ``out`` (MXNet never runs a copy of an array onto
-    itself)."""
-    into = getattr(compression, "decompress_into", None)
+    """``out[:] = compression.decompress(tensor, ctx)``, in one pass where the compressor's
+    class has ``decompress_into`` beside its own ``decompress`` (``Compression.fp16``: a
+    cast straight into ``out``). Any other compressor gets the assignment. ``tensor`` must
+    not be ``out`` (MXNet never runs a copy of an array onto itself)."""
+    into = _fast_path(compression, "decompress")
     if into is not None:
         into(tensor, ctx, out)
     else:

@@ -142,6 +142,7 @@ class DistributedTrainer(mx.gluon.Trainer):
         self._priorities = [position.get(id(p), i) - n for i, p in enumerate(self._params)]
         self._compression = compression
         self._wire = {}  # the compressor's reused arrays (compress_into)
+        self._wire_used = set()  # their keys used in this step
         self._gradient_predivide_factor = float(gradient_predivide_factor)
         self._prefix = prefix  # None: numbered at the first reduction (_auto_prefix)
         self._names = {}  # parameter index -> collective name (_name)
@@ -291,6 +292,7 @@ class DistributedTrainer(mx.gluon.Trainer):
             grad = param.list_grad()[0]
             (sparse if grad.stype != "default" else dense).append((i, grad))
         # Gradients are never in MKLDNN's layout: the core need not wait for backward.
+        self._wire_used = set()
         with gradient_reduction():
             self._allreduce_buckets(buckets)
             if self._num_groups > 0:
@@ -301,6 +303,10 @@ class DistributedTrainer(mx.gluon.Trainer):
                     self._allreduce_one(i, grad, kwargs)
             for i, grad in sparse:
                 self._allreduce_row_sparse(i, grad)
+        # Wire buffers of gradients or buckets gone since (buckets rebound under new
+        # numbers): dropped (MXNet frees them once the engine's queued uses are done).
+        for key in [k for k in self._wire if k not in self._wire_used]:
+            del self._wire[key]
 
     def _allreduce_buckets(self, buckets):
         """One in-place allreduce of each bucket's flat buffer (never of its views: the
@@ -332,6 +338,7 @@ class DistributedTrainer(mx.gluon.Trainer):
     def _compress(self, tensor, key):
         """The compressed array to send of ``tensor`` (a gradient ``key``: its index, or a
         bucket's name), in a wire buffer kept from step to step where the compressor can."""
+        self._wire_used.add(key)
         return compress_into(self._compression, tensor, self._wire, key)
 
     def _allreduce_one(self, i, grad, kwargs):

@@ -355,6 +355,10 @@ def test_transfer_settings_in_one_process(monkeypatch):
     monkeypatch.setenv("MXHOROVOD_LINK_SLEEP_US", "-5")
     with pytest.raises(ValueError, match="MXHOROVOD_LINK_SLEEP_US='-5'"):
         hvd.init()
+    monkeypatch.setenv("MXHOROVOD_LINK_SLEEP_US", "1e9")
+    with pytest.raises(ValueError, match="MXHOROVOD_LINK_SLEEP_US='1e9' is above the largest "
+                                         "pause taken, 100000 microseconds"):
+        hvd.init()
     monkeypatch.setenv("MXHOROVOD_LINK_SLEEP_US", "20")
     monkeypatch.setenv("MXHOROVOD_TRANSFER_TIMEOUT_SECONDS", "0")
     hvd.init()

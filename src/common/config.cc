@@ -89,8 +89,17 @@ Config Config::FromEnv() {
                                 "must be above 0 megabits per second (to turn the bound off, "
                                 "set MXHOROVOD_TRANSFER_TIMEOUT_SECONDS=0)");
   }
-  c.link_sleep_us = (int)std::min(1e5, std::max(0.0, EnvNumber("MXHOROVOD_LINK_SLEEP_US",
-                                                                 c.link_sleep_us)));
+  {
+    // Microseconds; a fraction rounds up (0.5 is a pause, not 0: no pause at all).
+    const double us = EnvNumber("MXHOROVOD_LINK_SLEEP_US", c.link_sleep_us);
+    if (us > 100000) {
+      throw std::invalid_argument("MXHOROVOD_LINK_SLEEP_US='" +
+                                  std::string(std::getenv("MXHOROVOD_LINK_SLEEP_US")) +
+                                  "' is above the largest pause taken, 100000 microseconds "
+                                  "(0.1 s)");
+    }
+    c.link_sleep_us = (int)std::ceil(us);
+  }
   c.thread_affinity = EnvCoreList("HOROVOD_THREAD_AFFINITY");
   if (const char* simd = std::getenv("MXHOROVOD_SIMD")) {
     SimdPath unused;

@@ -56,8 +56,9 @@ class MPIBackend : public Backend {
   const std::string& other_hosts() const { return other_hosts_; }
 
  private:
-  // The bound of a data call moving `bytes` per rank between hosts (null on one host).
-  const LinkWait* Link(int64_t bytes);
+  // The bound of a data call moving `bytes` per rank between hosts (null on one host);
+  // `pause`: LinkWait::pause.
+  const LinkWait* Link(int64_t bytes, bool pause = true);
   MPI_Comm comm_;
   int size_ = 0;
   // The other hosts of the communicator ("h2, h3"; "" on one host), and how many of its

@@ -321,7 +321,7 @@ Status WaitLink(MPI_Request* req, const char* what, const LinkWait& link) {
   const Clock::time_point start = Clock::now();
   const double bound = TransferBoundSeconds(link.bytes);
   const Clock::time_point busy_until = start + std::chrono::microseconds(g_policy.data_busy_us);
-  const long pause_us = g_policy.link_sleep_us;
+  const long pause_us = link.pause ? g_policy.link_sleep_us : 0;
   SlowWaitReport slow(what, g_policy.warn_after_s);
   EndedPeerCheck ended(what);
   bool ring = true;

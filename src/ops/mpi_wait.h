@@ -56,17 +56,21 @@ struct WaitPolicy {
 
 // A data call over a communicator that spans hosts. MPI moves bytes over TCP only while
 // some call of this process drives its progress: the wait tests back to back for
-// data_busy_us, then sleeps link_sleep_us (50 us: 6 KB at 1 Gbit/s, well within the
-// socket buffers) between tests. It never sleeps on the doorbell or for the growing pauses
-// of WaitRequest (a 64 MiB allreduce on 2 hosts x 2 ranks at 1 Gbit/s took 1391 ms with
-// them against 649 with MPI's blocking call). A wait that yielded instead of sleeping
-// moved the bytes as fast but took 5.6 times the CPU (0.56 s per 64 MiB at 1 Gbit/s, 2
-// hosts x 1 rank, against 0.10), which the model's threads need when the exchange
-// overlaps backward. And it is bounded (WaitPolicy::transfer_*): past the bound the job
-// ends with an error naming `peers` and the collective.
+// data_busy_us, then, where `pause` is set, sleeps link_sleep_us (50 us: 6 KB at 1
+// Gbit/s, well within the socket buffers) between tests, else yields its core between
+// tests. It never sleeps on the doorbell or for the growing pauses of WaitRequest (a 64
+// MiB allreduce on 2 hosts x 2 ranks at 1 Gbit/s took 1391 ms with them against 649 with
+// MPI's blocking call). A wait that yielded instead of sleeping moved an allreduce's bytes
+// as fast but took 5.6 times the CPU (0.56 s per 64 MiB at 1 Gbit/s, 2 hosts x 1 rank,
+// against 0.10), which the model's threads need when the exchange overlaps backward. The
+// pause is for the calls measured as fast with it (allreduce, broadcast, allgather); an
+// alltoall moved its bytes 3 times slower with it (MPICH's schedule advances in small
+// steps, one per test). And the wait is bounded (WaitPolicy::transfer_*): past the bound
+// the job ends with an error naming `peers` and the collective.
 struct LinkWait {
   int64_t bytes = 0;  // the most this host sends over its link during the call
   std::string peers;  // the host(s) the call exchanges bytes with, "h2" or "h2, h3"
+  bool pause = true;  // sleep link_sleep_us between tests (else yield)
 };
 
 // What a wait is for: kSmall is a message of at most a few KiB that MPI sends eagerly

@@ -304,11 +304,29 @@ class _HorovodStyleFP16(object):
         return tensor.astype(ctx)
 
 
+class _CountingFP16(hvd.Compression.fp16):
+    """A subclass of Compression.fp16 overriding compress and decompress: the trainer must
+    call them (not the inherited one-pass path)."""
+    calls = [0, 0]
+
+    @staticmethod
+    def compress(tensor):
+        _CountingFP16.calls[0] += 1
+        return hvd.Compression.fp16.compress(tensor)
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        _CountingFP16.calls[1] += 1
+        return hvd.Compression.fp16.decompress(tensor, ctx)
+
+
 def fp16_compression():
-    """Compression.fp16 (its cast straight into the gradient) and a compressor with
-    Horovod's interface only: same training up to float16 rounding of the gradients."""
+    """Compression.fp16 (its cast straight into the gradient), a compressor with Horovod's
+    interface only, and a subclass of Compression.fp16 overriding both methods: same
+    training up to float16 rounding of the gradients."""
     x, y = global_data(2, B, seed=8)
-    for tag, compression in (("fp16", hvd.Compression.fp16), ("hfp16", _HorovodStyleFP16)):
+    for tag, compression in (("fp16", hvd.Compression.fp16), ("hfp16", _HorovodStyleFP16),
+                             ("sfp16", _CountingFP16)):
         net, ref = pair(tag)
         loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
         tr = hvd.DistributedTrainer(net.collect_params(), optimizer("sgd"),
@@ -326,6 +344,7 @@ def fp16_compression():
             np.testing.assert_allclose(g, w, rtol=2e-3, atol=2e-3 * 0.1)
         assert_same_on_all_ranks(got, tag)
     assert _HorovodStyleFP16.calls >= 2
+    assert min(_CountingFP16.calls) >= 2, _CountingFP16.calls
 
 
 def optimizer_on_own_device():
