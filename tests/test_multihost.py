@@ -338,27 +338,25 @@ def test_hierarchical_setting_must_agree():
 
 
 def test_transfer_settings_in_one_process(monkeypatch):
-    # A rate of 0 is refused, naming the way to turn the bound off; the bound off (0) and
-    # the settings read as numbers work with a single rank (nothing crosses a host).
+    # A rate of 0 is refused, naming the way to turn the bound off, and so are a word, a
+    # negative pause and one above the cap; the bound off (0) and the settings read as
+    # numbers work with a single rank (nothing crosses a host).
     import mxnet as mx
     import mxhorovod as hvd
     if hvd.is_initialized():
         hvd.shutdown()
-    monkeypatch.setenv("MXHOROVOD_TRANSFER_MIN_MBITS", "0")
-    with pytest.raises(ValueError, match="MXHOROVOD_TRANSFER_MIN_MBITS=0.*"
-                                         "MXHOROVOD_TRANSFER_TIMEOUT_SECONDS=0"):
-        hvd.init()
-    monkeypatch.setenv("MXHOROVOD_TRANSFER_MIN_MBITS", "fast")
-    with pytest.raises(ValueError, match="MXHOROVOD_TRANSFER_MIN_MBITS='fast'"):
-        hvd.init()
+    for name, value, error in (
+            ("MXHOROVOD_TRANSFER_MIN_MBITS", "0",
+             "MXHOROVOD_TRANSFER_MIN_MBITS=0.*MXHOROVOD_TRANSFER_TIMEOUT_SECONDS=0"),
+            ("MXHOROVOD_TRANSFER_MIN_MBITS", "fast", "MXHOROVOD_TRANSFER_MIN_MBITS='fast'"),
+            ("MXHOROVOD_LINK_SLEEP_US", "-5", "MXHOROVOD_LINK_SLEEP_US='-5'"),
+            ("MXHOROVOD_LINK_SLEEP_US", "1e9", "MXHOROVOD_LINK_SLEEP_US='1e9' is above the "
+                                               "largest pause taken, 100000 microseconds")):
+        monkeypatch.setenv(name, value)
+        with pytest.raises(ValueError, match=error):
+            hvd.init()
+        monkeypatch.delenv(name)
     monkeypatch.setenv("MXHOROVOD_TRANSFER_MIN_MBITS", "10")
-    monkeypatch.setenv("MXHOROVOD_LINK_SLEEP_US", "-5")
-    with pytest.raises(ValueError, match="MXHOROVOD_LINK_SLEEP_US='-5'"):
-        hvd.init()
-    monkeypatch.setenv("MXHOROVOD_LINK_SLEEP_US", "1e9")
-    with pytest.raises(ValueError, match="MXHOROVOD_LINK_SLEEP_US='1e9' is above the largest "
-                                         "pause taken, 100000 microseconds"):
-        hvd.init()
     monkeypatch.setenv("MXHOROVOD_LINK_SLEEP_US", "20")
     monkeypatch.setenv("MXHOROVOD_TRANSFER_TIMEOUT_SECONDS", "0")
     hvd.init()
