@@ -23,7 +23,8 @@ than one rank, ``init()`` installs:
 Before ``init()`` (from the import of mxhorovod on), an unhandled exception on the main
 thread of a process in which another library started MPI (``from mpi4py import MPI``, in
 a job of 2+ ranks) ends the job the same way, logged as ``... rank 1 (pid 4242 on host)
-failed with an unhandled ValueError before hvd.init(); ending the job (MPI_Abort)``: that
+failed with an unhandled ValueError before hvd.init() completed; ending the job
+(MPI_Abort)``, also when ``init()`` itself raised (a bad setting): that
 rank's exit otherwise waits in mpi4py's ``MPI_Finalize`` for the others, and they wait in
 ``init()`` for it, forever. Without MPI started (no mpi4py) ``init()`` sees such a rank
 gone by itself, and the hook only prints the traceback.
@@ -80,7 +81,7 @@ def _excepthook(exc_type, exc, tb):
 
 
 def _end_job(previous, exc_info, rank, when, guard):
-    """Logs that ``rank`` failed (``when``: '' or ' before hvd.init()'), lets ``previous``
+    """Logs that ``rank`` failed (``when``: '' or ' before hvd.init() completed'), lets ``previous``
     print the traceback, flushes, and ends the job (MPI_Abort)."""
     try:
         get_logger().error("rank %s (pid %d on %s) failed with an unhandled %s%s; ending the "
@@ -105,7 +106,7 @@ def _before_init_excepthook(exc_type, exc, tb):
     if not running or size < 2:
         previous(exc_type, exc, tb)
         return
-    _end_job(previous, (exc_type, exc, tb), rank, " before hvd.init()", guard=False)
+    _end_job(previous, (exc_type, exc, tb), rank, " before hvd.init() completed", guard=False)
 
 
 _early = {"pid": None, "previous": None}

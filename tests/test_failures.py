@@ -56,7 +56,7 @@ def test_unhandled_exception_before_init_with_mpi4py_aborts_the_job():
     proc = run_ranks(3, "exit_before_init_mpi4py.py", ["raise"], timeout=90, expect_ok=False)
     assert proc.returncode != 0, proc.stdout
     assert re.search(r"\[2\]<error> %s mxhorovod: rank 2 \(pid \d+ on \S+\) failed with an "
-                     r"unhandled RuntimeError before hvd.init\(\); ending the job \(MPI_Abort\)"
+                     r"unhandled RuntimeError before hvd.init\(\) completed; ending the job \(MPI_Abort\)"
                      % TIME, proc.stdout), proc.stdout
     assert "a script failing on rank 2 before hvd.init()" in proc.stdout, proc.stdout
 
