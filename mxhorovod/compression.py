@@ -6,8 +6,7 @@ Integer tensors are never touched. Names and behaviour follow ``horovod.mxnet.Co
 """
 import numpy as np
 
-__all__ = ["Compressor", "NoneCompressor", "FP16Compressor", "Compression", "compress_into",
-           "decompress_into"]
+__all__ = ["Compressor", "NoneCompressor", "FP16Compressor", "Compression", "wire_path"]
 
 
 class Compressor(object):
@@ -100,27 +99,26 @@ def _fast_path(compression, name):
     return getattr(compression, name + "_into")
 
 
-def compress_into(compression, tensor, buffers, key):
-    """``compression.compress(tensor)``, into an array of ``buffers`` (a dict, key ``key``)
-    reused from step to step where the compressor's class has ``compress_into`` beside its
-    own ``compress`` (``Compression.fp16``). Any other compressor (Horovod's interface:
-    ``compress`` and ``decompress``; a subclass that overrides them) gets ``compress``."""
-    into = _fast_path(compression, "compress")
-    if into is not None:
-        return into(tensor, buffers, key)
-    return compression.compress(tensor)
-
-
-def decompress_into(compression, tensor, ctx, out):
-    """``out[:] = compression.decompress(tensor, ctx)``, in one pass where the compressor's
-    class has ``decompress_into`` beside its own ``decompress`` (``Compression.fp16``: a
-    cast straight into ``out``). Any other compressor gets the assignment. ``tensor`` must
-    not be ``out`` (MXNet never runs a copy of an array onto itself)."""
-    into = _fast_path(compression, "decompress")
-    if into is not None:
-        into(tensor, ctx, out)
-    else:
-        out[:] = compression.decompress(tensor, ctx)
+def wire_path(compression):
+    """The two functions a trainer calls per gradient, chosen once for ``compression``:
+    ``compress(tensor, buffers, key) -> (array to send, ctx)`` and
+    ``decompress_into(sent, ctx, out)``, which writes ``compression.decompress(sent, ctx)``
+    into ``out``. Where the compressor's class defines ``compress_into`` or
+    ``decompress_into`` beside its own ``compress`` or ``decompress``
+    (``Compression.fp16``), those run: a float16 array of ``buffers`` (a dict) reused
+    under ``key`` from step to step, and one cast straight into ``out``. Any other
+    compressor (Horovod's interface; a subclass that overrides ``compress`` or
+    ``decompress``) gets its own methods and an assignment. ``sent`` must not be ``out``
+    (MXNet never runs a copy of an array onto itself)."""
+    compress = _fast_path(compression, "compress")
+    decompress_into = _fast_path(compression, "decompress")
+    if compress is None:
+        def compress(tensor, buffers, key):
+            return compression.compress(tensor)
+    if decompress_into is None:
+        def decompress_into(tensor, ctx, out):
+            out[:] = compression.decompress(tensor, ctx)
+    return compress, decompress_into
 
 
 class Compression(object):

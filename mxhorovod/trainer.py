@@ -12,7 +12,7 @@ import numpy as np
 
 from mxhorovod import Average, allreduce_, grouped_allreduce_
 from mxhorovod.buckets import GradientBuckets
-from mxhorovod.compression import Compression, compress_into, decompress_into
+from mxhorovod.compression import Compression, wire_path
 from mxhorovod.mpi_ops import gradient_reduction
 from mxhorovod.naming import next_number
 from mxhorovod.optimizer import DistributedOptimizer, allreduce_row_sparse_, split_list
@@ -141,6 +141,8 @@ class DistributedTrainer(mx.gluon.Trainer):
         n = len(self._params)
         self._priorities = [position.get(id(p), i) - n for i, p in enumerate(self._params)]
         self._compression = compression
+        # The per-gradient calls of the compressor, chosen once (compression.wire_path).
+        self._wire_compress, self._decompress_into = wire_path(compression)
         self._wire = {}  # the compressor's reused arrays (compress_into)
         self._wire_used = set()  # their keys used in this step
         self._gradient_predivide_factor = float(gradient_predivide_factor)
@@ -319,7 +321,7 @@ class DistributedTrainer(mx.gluon.Trainer):
                 sent, ctx = self._compress(b.flat, name)
                 allreduce_(sent, name=name, priority=pr, **self._reduce_kwargs())
                 if sent is not b.flat:
-                    decompress_into(self._compression, sent, ctx, b.flat)
+                    self._decompress_into(sent, ctx, b.flat)
             return
         for group in split_list(list(range(len(buckets))), self._num_groups):
             by_dtype = {}
@@ -333,19 +335,19 @@ class DistributedTrainer(mx.gluon.Trainer):
                                    priority=max(prio[k] for k in ks), **self._reduce_kwargs())
                 for k, (t, ctx) in zip(ks, sent):
                     if t is not buckets[k].flat:
-                        decompress_into(self._compression, t, ctx, buckets[k].flat)
+                        self._decompress_into(t, ctx, buckets[k].flat)
 
     def _compress(self, tensor, key):
         """The compressed array to send of ``tensor`` (a gradient ``key``: its index, or a
         bucket's name), in a wire buffer kept from step to step where the compressor can."""
         self._wire_used.add(key)
-        return compress_into(self._compression, tensor, self._wire, key)
+        return self._wire_compress(tensor, self._wire, key)
 
     def _allreduce_one(self, i, grad, kwargs):
         sent, ctx = self._compress(grad, i)
         allreduce_(sent, name=self._name(i), priority=self._priorities[i], **kwargs)
         if sent is not grad:  # never copy an array onto itself: that engine op never runs
-            decompress_into(self._compression, sent, ctx, grad)
+            self._decompress_into(sent, ctx, grad)
 
     def _allreduce_grouped(self, entries):
         for group in split_list(entries, self._num_groups):
@@ -362,7 +364,7 @@ class DistributedTrainer(mx.gluon.Trainer):
                                    **self._reduce_kwargs())
                 for (_, grad), (t, ctx) in zip(members, sent):
                     if t is not grad:
-                        decompress_into(self._compression, t, ctx, grad)
+                        self._decompress_into(t, ctx, grad)
 
     def _allreduce_row_sparse(self, i, grad):
         # The core refuses row_sparse arrays: densified, written back holding the rows

@@ -33,27 +33,38 @@ def test_fp16_compression_leaves_integers(dtype):
 def test_fp16_compression_into_reused_buffers():
     # The trainer's path: the wire buffer is reused while shape and dtype stay, the cast
     # back goes straight into the gradient; integers and float16 pass through.
-    from mxhorovod.compression import compress_into, decompress_into
-    fp16, buffers = hvd.Compression.fp16, {}
+    from mxhorovod.compression import wire_path
+    compress, decompress_into = wire_path(hvd.Compression.fp16)
+    buffers = {}
     g = mx.nd.array([1.0, -2.5, 1.0 / 3, 7.0])
-    sent, ctx = compress_into(fp16, g, buffers, 3)
+    sent, ctx = compress(g, buffers, 3)
     assert sent.dtype == np.float16 and buffers[3] is sent and ctx == np.float32
-    again, _ = compress_into(fp16, g * 2, buffers, 3)
+    again, _ = compress(g * 2, buffers, 3)
     assert again is sent
     np.testing.assert_allclose(again.asnumpy(), [2.0, -5.0, 2.0 / 3, 14.0], rtol=1e-3)
-    other, _ = compress_into(fp16, mx.nd.ones((2, 3)), buffers, 3)
+    other, _ = compress(mx.nd.ones((2, 3)), buffers, 3)
     assert other is not sent and other.shape == (2, 3)
     out = mx.nd.zeros((4,), dtype="float64")
-    decompress_into(fp16, again, np.float64, out)
+    decompress_into(again, np.float64, out)
     np.testing.assert_allclose(out.asnumpy(), [2.0, -5.0, 2.0 / 3, 14.0], rtol=1e-3)
     for x in (mx.nd.array([1, 2], dtype="int32"), mx.nd.array([1, 2], dtype="float16")):
-        assert compress_into(fp16, x, buffers, "k")[0] is x
-    # A compressor with Horovod's interface only: compress, and assignment back.
-    none_sent, none_ctx = compress_into(hvd.Compression.none, g, buffers, 4)
+        assert compress(x, buffers, "k")[0] is x
+    # A compressor with Horovod's interface only, or a subclass of fp16 overriding a
+    # method: its own methods, and assignment back.
+    none_compress, none_into = wire_path(hvd.Compression.none)
+    none_sent, none_ctx = none_compress(g, buffers, 4)
     assert none_sent is g and 4 not in buffers
     out32 = mx.nd.zeros((4,))
-    decompress_into(hvd.Compression.none, g, none_ctx, out32)
+    none_into(g, none_ctx, out32)
     np.testing.assert_array_equal(out32.asnumpy(), g.asnumpy())
+
+    class Halved(hvd.Compression.fp16):
+        @staticmethod
+        def compress(tensor):
+            return (tensor / 2).astype("float16"), tensor.dtype
+    half_compress, _ = wire_path(Halved)
+    np.testing.assert_allclose(half_compress(g, {}, 0)[0].asnumpy(), g.asnumpy() / 2,
+                               rtol=1e-3)
 
 
 def test_none_compression_is_identity():

@@ -19,7 +19,6 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -296,12 +295,14 @@ std::string Fixed1(double v) {
   _exit(1);  // MPI was not running: nothing else would end this process
 }
 
-// The thread's timer slack, lowered while it lives: nanosleep ends up to the slack past
-// its pause (50 us by default for a thread of normal priority), which doubled a link
-// wait's 50 us pause.
+// The thread's timer slack, lowered by Lower() until this ends: nanosleep ends up to the
+// slack past its pause (50 us by default for a thread of normal priority), which doubled
+// a link wait's 50 us pause.
 class TimerSlack {
  public:
-  explicit TimerSlack(unsigned long ns) : old_(prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0)) {
+  void Lower(unsigned long ns) {
+    if (old_ != 0) return;
+    old_ = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
     if (old_ > 0 && (unsigned long)old_ > ns) prctl(PR_SET_TIMERSLACK, ns, 0, 0, 0);
   }
   ~TimerSlack() {
@@ -309,12 +310,13 @@ class TimerSlack {
   }
 
  private:
-  const long old_;
+  long old_ = 0;  // 0: not lowered
 };
 
-// A data call between hosts (LinkWait): tests back to back and yields the core between
-// tests, never sleeps (see LinkWait). Past the bound, ends the job. The doorbell is rung as
-// in WaitRequest (the ranks of this host in the same call may be asleep on it).
+// A data call between hosts (LinkWait): tests back to back for data_busy_us, then sleeps
+// link_sleep_us between tests where link.pause (else yields the core). Past the bound,
+// ends the job. The doorbell is rung as in WaitRequest (the ranks of this host in the same
+// call may be asleep on it).
 Status WaitLink(MPI_Request* req, const char* what, const LinkWait& link) {
   using Clock = std::chrono::steady_clock;
   Bell* bell = g_bell;
@@ -326,7 +328,7 @@ Status WaitLink(MPI_Request* req, const char* what, const LinkWait& link) {
   EndedPeerCheck ended(what);
   bool ring = true;
   bool busy = true;
-  std::unique_ptr<TimerSlack> slack;  // while this wait sleeps
+  TimerSlack slack;  // lowered while this wait sleeps
   for (long round = 0;; ++round) {
     int done = 0;
     int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
@@ -339,7 +341,7 @@ Status WaitLink(MPI_Request* req, const char* what, const LinkWait& link) {
       continue;
     }
     if (pause_us > 0) {
-      if (!slack) slack.reset(new TimerSlack(1000));
+      slack.Lower(1000);
       timespec ts{0, pause_us * 1000};
       nanosleep(&ts, nullptr);
     } else if ((round & 255) != 255) {
