@@ -10,6 +10,13 @@ uint64 into the second (the kernel's memory traffic: read 2 x 2n bytes, write 2n
 arithmetic), and "memcpy" (np.copyto of 2n bytes). ratio = kernel / stream floor; GB/s =
 the kernel's 6n bytes / time.
 
+Cast rows (this process, MXNet's engine): the casts that Compression.fp16 in
+DistributedTrainer makes of each gradient, float32 -> float16 and back, on --kernel-sizes
+elements, by mxhorovod's engine operation (F16C kernels) and by mx.nd.cast(out=), each
+followed by wait_to_read, in alternation with the "memcpy" floor of the float32 buffer
+(np.copyto of 4n bytes: more traffic than a cast's 6n bytes read and written, fewer
+passes). ratio = mxhorovod / mx.nd.cast.
+
 Allreduce rows (mpirun -np --np, once per --simd value given as MXHOROVOD_SIMD): one
 in-place ``hvd.allreduce_`` of --sizes elements in float16 and in float32, with the
 default op (Average) and with Sum, the four timed in alternation (ranks lined up by an
@@ -119,6 +126,42 @@ def kernel_rows(args):
     return rows
 
 
+def cast_rows(args):
+    import mxnet as mx
+    import numpy as np
+    from mxhorovod.compression import _cast
+    rows = []
+    for n in args.kernel_sizes:
+        f32 = mx.nd.array(np.random.default_rng(1).standard_normal(n), dtype=np.float32)
+        f16 = mx.nd.empty((n,), dtype=np.float16)
+        back = mx.nd.empty((n,), dtype=np.float32)
+        src, dst = np.zeros(n, np.float32), np.zeros(n, np.float32)
+
+        def run(fn, out):
+            def step():
+                fn()
+                out.wait_to_read()
+            return step
+        fns = [run(lambda: _cast(f32, f16), f16),
+               run(lambda: mx.nd.cast(f32, dtype="float16", out=f16), f16),
+               run(lambda: _cast(f16, back), back),
+               run(lambda: mx.nd.cast(f16, dtype="float32", out=back), back),
+               lambda: np.copyto(dst, src)]
+        ours16, mx16, ours32, mx32, floor = round_robin(fns, args.reps)
+        for direction, ours, theirs in (("float32->float16", ours16, mx16),
+                                        ("float16->float32", ours32, mx32)):
+            rows.append({"what": "cast", "direction": direction, "elements": n,
+                         "time_s": ours, "mxnet_s": theirs, "memcpy_s": floor,
+                         "ratio": common.ratio(ours, theirs)})
+    common.print_table(
+        ["cast", "elements", "mxhorovod ms med (min..max)", "mx.nd.cast ms", "memcpy floor ms",
+         "ratio"],
+        [[r["direction"], r["elements"], fmt_ms(r["time_s"]), fmt_ms(r["mxnet_s"]),
+          fmt_ms(r["memcpy_s"]), "%.2f" % r["ratio"]] for r in rows],
+        title="casts through the engine; ratio = mxhorovod / mx.nd.cast (same loop)")
+    return rows
+
+
 # ---------------------------------------------------------------- allreduce_ on ranks
 
 
@@ -193,7 +236,7 @@ def main(argv=None):
         if res is not None:
             common.emit_result(res)
         return 0
-    rows = kernel_rows(args)
+    rows = kernel_rows(args) + cast_rows(args)
     ar_rows, errors = allreduce_rows(args)
     common.emit("fp16", rows + ar_rows, errors=errors)
     return 0

@@ -128,6 +128,12 @@ def test_fp16():
         for k in ("time_s", "stream_s", "memcpy_s"):
             check_stats(r[k])
         assert r["ratio"] == pytest.approx(r["time_s"]["median"] / r["stream_s"]["median"])
+    casts = [r for r in obj["rows"] if r["what"] == "cast"]
+    assert sorted(r["direction"] for r in casts) == ["float16->float32", "float32->float16"]
+    for r in casts:
+        for k in ("time_s", "mxnet_s", "memcpy_s"):
+            check_stats(r[k])
+        assert r["ratio"] == pytest.approx(r["time_s"]["median"] / r["mxnet_s"]["median"])
     rows = [r for r in obj["rows"] if r["what"] == "allreduce_"]
     assert sorted((r["simd"], r["op"]) for r in rows) == [("auto", "Average"), ("auto", "Sum")]
     for r in rows:

@@ -1,6 +1,7 @@
-"""float16 reductions and scaling (src/ops/float16.h): the kernels on every path against
-numpy for every float16 value, the paths bit-identical, and allreduce on 2 ranks with every
-op that takes float16 on the vector path and on the portable one (MXHOROVOD_SIMD)."""
+"""float16 reductions, scaling and casts (src/ops/float16.h): the kernels on every path
+against numpy for every float16 value, the paths bit-identical, the cast's engine operation
+against MXNet's cast, and allreduce on 2 ranks with every op that takes float16 on the
+vector path and on the portable one (MXHOROVOD_SIMD)."""
 import ctypes
 import os
 
@@ -9,7 +10,7 @@ import pytest
 
 from mpirun import run_ranks
 
-SUM, MIN, MAX, PRODUCT, SCALED_SUM, SCALE = range(6)
+SUM, MIN, MAX, PRODUCT, SCALED_SUM, SCALE, CAST_TO_HALF, CAST_TO_FLOAT = range(8)
 PORTABLE, AVX2 = 0, 1
 NAN_BITS = 0x7E00  # every NaN result: numpy's float16 nan
 
@@ -23,9 +24,10 @@ def kernel():
     fn.restype = ctypes.c_int
 
     def run(path, k, a, b, scale=1.0):
-        """inout = b's copy; returns it (uint16), or None when this CPU lacks the path."""
-        a = np.ascontiguousarray(a, dtype=np.uint16)
-        out = np.array(b, dtype=np.uint16)
+        """inout = b's copy; returns it (uint16; uint32 for CAST_TO_FLOAT), or None when
+        this CPU lacks the path. CAST_TO_HALF reads a as uint32 (float32 bits)."""
+        a = np.ascontiguousarray(a, dtype=np.uint32 if k == CAST_TO_HALF else np.uint16)
+        out = np.array(b, dtype=np.uint32 if k == CAST_TO_FLOAT else np.uint16)
         rc = fn(path, k, a.ctypes.data, out.ctypes.data, a.size, scale)
         assert rc in (0, -1), rc
         return out if rc == 0 else None
@@ -114,6 +116,79 @@ def test_paths_bit_identical_at_every_length_and_offset(kernel):
                 p, v = kernel(PORTABLE, k, a, b, scale), kernel(AVX2, k, a, b, scale)
                 assert np.array_equal(p, v), (n, off, k)
                 assert np.array_equal(v, expected(k, a, b, scale)), (n, off, k)
+
+
+def _float32_patterns():
+    """float32 bit patterns for the cast to float16: every value of the top 19 bits (sign,
+    exponent, float16's mantissa and the rounding bit) with low bits that make ties, just
+    below and just above (NaN payloads, Inf, subnormals and overflow among them), plus
+    random floats of every magnitude."""
+    top = np.arange(1 << 19, dtype=np.uint32) << 13
+    rng = np.random.default_rng(16)
+    rand = rng.integers(0, 1 << 32, 1 << 18, dtype=np.uint64).astype(np.uint32)
+    return np.concatenate([top, top | 0x1000, top | 0x0FFF, top | 0x1001, top | 1, rand])
+
+
+def test_casts_match_numpy_on_every_path(kernel):
+    # numpy's astype is what MXNet's cast gives (checked below through the engine):
+    # nearest even, NaN payloads kept (0x7C01 when the kept bits are zero), never quieted.
+    f32 = _float32_patterns()
+    with np.errstate(all="ignore"):
+        want_h = f32.view(np.float32).astype(np.float16).view(np.uint16)
+    every_h = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    want_f = every_h.view(np.float16).astype(np.float32).view(np.uint32)
+    ran = 0
+    for path in (PORTABLE, AVX2):
+        got_h = kernel(path, CAST_TO_HALF, f32, np.zeros(f32.size, np.uint16))
+        if got_h is None:
+            continue
+        ran += 1
+        bad = np.flatnonzero(got_h != want_h)
+        assert bad.size == 0, "path %d: %d wrong, first %08x -> %04x, want %04x" % (
+            path, bad.size, f32[bad[0]], got_h[bad[0]], want_h[bad[0]])
+        got_f = kernel(path, CAST_TO_FLOAT, every_h, np.zeros(every_h.size, np.uint32))
+        bad = np.flatnonzero(got_f != want_f)
+        assert bad.size == 0, "path %d: %d wrong, first %04x -> %08x, want %08x" % (
+            path, bad.size, every_h[bad[0]], got_f[bad[0]], want_f[bad[0]])
+        # Every length and offset around the vector width: the tails and a NaN in a block.
+        for n in list(range(0, 40)) + [1001]:
+            for off in (0, 1, 5):
+                src = f32[(1 << 19) - 20 + off:][:n]  # the NaN and Inf patterns of the top
+                assert np.array_equal(kernel(path, CAST_TO_HALF, src, np.zeros(n, np.uint16)),
+                                      want_h[(1 << 19) - 20 + off:][:n]), (path, n, off)
+    assert ran >= 1
+
+
+def test_cast_engine_operation_matches_mxnet(kernel):
+    import mxnet as mx
+    from mxhorovod import _core
+    from mxhorovod.errors import InvalidArgumentError
+    f32 = _float32_patterns()[::3].view(np.float32)
+    src = mx.nd.array(f32, dtype=np.float32)
+    half = mx.nd.empty(src.shape, dtype=np.float16)
+    _core.cast(src.handle.value, half.handle.value, 0)
+    want = mx.nd.cast(src, dtype="float16")
+    assert np.array_equal(half.asnumpy().view(np.uint16), want.asnumpy().view(np.uint16))
+    back = mx.nd.empty(src.shape, dtype=np.float32)
+    _core.cast(half.handle.value, back.handle.value, 0)
+    want = mx.nd.cast(half, dtype="float32")
+    assert np.array_equal(back.asnumpy().view(np.uint32), want.asnumpy().view(np.uint32))
+    # Engine order: a cast reads what the operation before it wrote, and a later reader
+    # sees the cast's result (no wait in between).
+    x = mx.nd.ones((1000, 7)) * 3
+    h = mx.nd.empty((1000, 7), dtype=np.float16)
+    y = x * 2
+    _core.cast(y.handle.value, h.handle.value, 0)
+    del y  # the operation holds its own reference until it has run
+    assert float((h.astype("float32") + 1).sum().asscalar()) == 7 * 7000
+    bad = [(src, mx.nd.empty(src.shape, dtype=np.float64), "from float32 into other"),
+           (src, mx.nd.empty((3,), dtype=np.float16), "elements and the output 3"),
+           (mx.nd.ones((4,), dtype=np.int32), mx.nd.empty((4,), dtype=np.float16),
+            "from other into float16"),
+           (half, half, "from float16 into float16")]
+    for a, b, text in bad:  # (a and b alive during the call: a handle is not a reference)
+        with pytest.raises(InvalidArgumentError, match=text):
+            _core.cast(a.handle.value, b.handle.value, 0)
 
 
 def _run_allreduce(tmp_path, simd):

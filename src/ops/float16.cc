@@ -66,12 +66,35 @@ inline uint16_t FloatToHalf(float f) {
   return (uint16_t)(((o | sign) & ~is_nan) | (kNaN & is_nan));
 }
 
+// The casts keep a NaN's payload where the reductions write kNaN: numpy's
+// npy_floatbits_to_halfbits and npy_halfbits_to_floatbits, which MXNet's cast matches.
+inline uint16_t CastToHalf(float f) {
+  const uint32_t all = Bits(f);
+  if ((all & 0x7fffffffu) <= 0x7f800000u) return FloatToHalf(f);  // not a NaN
+  const uint16_t top = (uint16_t)(0x7c00u | ((all & 0x007fffffu) >> 13));
+  return (uint16_t)(((all >> 16) & 0x8000u) | (top == 0x7c00u ? 0x7c01u : top));
+}
+inline float CastToFloat(uint16_t h) {
+  if ((h & 0x7fff) <= 0x7c00) return HalfToFloat(h);  // not a NaN
+  return Float(((uint32_t)(h & 0x8000) << 16) | 0x7f800000u | ((uint32_t)(h & 0x03ff) << 13));
+}
+
+void CastToHalfPortable(uint16_t* __restrict dst, const float* __restrict src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = CastToHalf(src[i]);
+}
+void CastToFloatPortable(float* __restrict dst, const uint16_t* __restrict src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = CastToFloat(src[i]);
+}
+
 // Min/Max on the bits: float16 values as int16 keys ordered as the values, -0 below +0
 // (a negative value's magnitude bits flipped); the map is its own inverse.
 inline int16_t Key(uint16_t h) { return (int16_t)(h ^ ((uint16_t)((int16_t)h >> 15) & 0x7fff)); }
 inline bool IsNaN(uint16_t h) { return (h & 0x7fff) > 0x7c00; }
 
-enum Kernel : int { kSum = 0, kMin = 1, kMax = 2, kProduct = 3, kScaledSum = 4, kScale = 5 };
+enum Kernel : int {
+  kSum = 0, kMin = 1, kMax = 2, kProduct = 3, kScaledSum = 4, kScale = 5,
+  kCastToHalf = 6, kCastToFloat = 7
+};
 
 template <int K>
 void BinaryPortable(const uint16_t* __restrict in, uint16_t* __restrict io, int64_t n, float c) {
@@ -165,6 +188,42 @@ MXH_AVX2 void ScaleAVX2(uint16_t* dst, const uint16_t* src, int64_t n, float c) 
   ScalePortable(dst + i, src + i, n - i, c);
 }
 
+// F16C's conversions, except for NaNs (VCVTPS2PH and VCVTPH2PS quiet them): a block of 8
+// with a NaN goes element by element.
+MXH_AVX2 void CastToHalfAVX2(uint16_t* __restrict dst, const float* __restrict src, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 a0 = _mm256_loadu_ps(src + i), a1 = _mm256_loadu_ps(src + i + 8);
+    const int nan = _mm256_movemask_ps(_mm256_or_ps(_mm256_cmp_ps(a0, a0, _CMP_UNORD_Q),
+                                                    _mm256_cmp_ps(a1, a1, _CMP_UNORD_Q)));
+    if (nan) {
+      CastToHalfPortable(dst + i, src + i, 16);
+      continue;
+    }
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                     _mm256_cvtps_ph(a0, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i + 8),
+                     _mm256_cvtps_ph(a1, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  CastToHalfPortable(dst + i, src + i, n - i);
+}
+
+MXH_AVX2 void CastToFloatAVX2(float* __restrict dst, const uint16_t* __restrict src, int64_t n) {
+  const __m256i mag = _mm256_set1_epi16(0x7fff), inf = _mm256_set1_epi16(0x7c00);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+    if (!_mm256_testz_si256(_mm256_cmpgt_epi16(_mm256_and_si256(h, mag), inf),
+                            _mm256_set1_epi16(-1))) {
+      CastToFloatPortable(dst + i, src + i, 16);
+      continue;
+    }
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm256_castsi256_si128(h)));
+    _mm256_storeu_ps(dst + i + 8, _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)));
+  }
+  CastToFloatPortable(dst + i, src + i, n - i);
+}
+
 bool CpuHasAVX2() {
   // __builtin_cpu_supports checks that the OS saves the AVX registers too. Called while
   // the library's static objects are built, maybe before libgcc's own initializer ran.
@@ -189,6 +248,8 @@ int Run(SimdPath p, int k, const void* in_v, void* io_v, int64_t n, float c) {
       case kProduct: ArithAVX2<kProduct>(in, io, n, c); return 0;
       case kScaledSum: ArithAVX2<kScaledSum>(in, io, n, c); return 0;
       case kScale: ScaleAVX2(io, in, n, c); return 0;
+      case kCastToHalf: CastToHalfAVX2(io, static_cast<const float*>(in_v), n); return 0;
+      case kCastToFloat: CastToFloatAVX2(static_cast<float*>(io_v), in, n); return 0;
       default: return -2;
     }
   }
@@ -200,6 +261,8 @@ int Run(SimdPath p, int k, const void* in_v, void* io_v, int64_t n, float c) {
     case kProduct: BinaryPortable<kProduct>(in, io, n, c); return 0;
     case kScaledSum: BinaryPortable<kScaledSum>(in, io, n, c); return 0;
     case kScale: ScalePortable(io, in, n, c); return 0;
+    case kCastToHalf: CastToHalfPortable(io, static_cast<const float*>(in_v), n); return 0;
+    case kCastToFloat: CastToFloatPortable(static_cast<float*>(io_v), in, n); return 0;
     default: return -2;
   }
 }
@@ -257,6 +320,14 @@ void ScaledSumFloat16(const void* in, void* inout, int64_t count, float scale) {
 
 void ScaleFloat16(void* dst, const void* src, int64_t count, float scale) {
   Run(Current(), kScale, src, dst, count, scale);
+}
+
+void CastFloat32ToFloat16(uint16_t* dst, const float* src, int64_t count) {
+  Run(Current(), kCastToHalf, src, dst, count, 1.0f);
+}
+
+void CastFloat16ToFloat32(float* dst, const uint16_t* src, int64_t count) {
+  Run(Current(), kCastToFloat, src, dst, count, 1.0f);
 }
 
 }  // namespace mxhorovod

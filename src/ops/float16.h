@@ -49,10 +49,19 @@ void ReduceFloat16(const void* in, void* inout, int64_t count, ReduceOp op);  //
 void ScaledSumFloat16(const void* in, void* inout, int64_t count, float scale);
 void ScaleFloat16(void* dst, const void* src, int64_t count, float scale);
 
+// Casts between float32 and float16 (dtype conversion, not a reduction): the same bits as
+// MXNet's cast and numpy's astype. float32 -> float16 rounds to nearest, ties to even
+// (65520 and up become Inf); a NaN keeps the top 10 bits of its payload (0x7C01 where they
+// are all zero: still a NaN), quiet or signaling as it was. float16 -> float32 is exact,
+// NaN payloads included (never quieted). dst and src must not overlap.
+void CastFloat32ToFloat16(uint16_t* dst, const float* src, int64_t count);
+void CastFloat16ToFloat32(float* dst, const uint16_t* src, int64_t count);
+
 }  // namespace mxhorovod
 
 // For tests and benchmarks (through ctypes: no MPI, no MXNet): runs one kernel on one
 // path. kernel: 0 Sum, 1 Min, 2 Max, 3 Product, 4 ScaledSum, 5 Scale (dst inout, src in);
+// 6 cast float32 -> float16 (dst inout, src in), 7 cast float16 -> float32 (scale unused);
 // path: a SimdPath's value. Returns 0, or -1 when this CPU cannot run that path (nothing
 // done), -2 for an unknown kernel.
 extern "C" __attribute__((visibility("default"))) int mxhorovod_float16_kernel(

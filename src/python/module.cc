@@ -14,6 +14,7 @@
 #include "common/timeline.h"
 #include "mxhorovod/c_api.h"
 #include "mxnet/c_api_internal.h"
+#include "mxnet/cast_op.h"
 #include "mxnet/engine_op.h"
 #include "mxnet/ndarray.h"
 #include "mxnet/shared_array.h"
@@ -149,6 +150,14 @@ PYBIND11_MODULE(_core, m) {
   m.def("is_recording", &mx::AutogradIsRecording, "mx.autograd.is_recording(), without ctypes");
   m.def("engine_noop", [](uintptr_t h) { Raise(mx::PushNoop(H(h))); },
         "benchmarks: one engine operation on the array that completes at once");
+  m.def("cast", [](uintptr_t src, uintptr_t dst, int priority) {
+    Status s;
+    {
+      py::gil_scoped_release nogil;  // NaiveEngine runs it before the push returns
+      s = mx::PushCast(H(src), H(dst), priority);
+    }
+    Raise(s);
+  }, "mx.nd.cast(src, out=dst) between float32 and float16, by the F16C kernels");
   // A DLPack capsule ("dltensor", for mx.nd.from_dlpack) of a zero-filled flat array the
   // peers on this host can map, or None when none can be made.
   m.def("shared_array", [](int64_t elements, int code, int bits) -> py::object {
