@@ -142,9 +142,9 @@ def cast_rows(args):
                 fn()
                 out.wait_to_read()
             return step
-        fns = [run(lambda: _cast(f32, f16), f16),
+        fns = [run(lambda: _cast(f32, f16, True), f16),
                run(lambda: mx.nd.cast(f32, dtype="float16", out=f16), f16),
-               run(lambda: _cast(f16, back), back),
+               run(lambda: _cast(f16, back, True), back),
                run(lambda: mx.nd.cast(f16, dtype="float32", out=back), back),
                lambda: np.copyto(dst, src)]
         ours16, mx16, ours32, mx32, floor = round_robin(fns, args.reps)

@@ -38,8 +38,12 @@ def test_fp16_compression_into_reused_buffers():
     buffers = {}
     g = mx.nd.array([1.0, -2.5, 1.0 / 3, 7.0])
     sent, ctx = compress(g, buffers, 3)
-    assert sent.dtype == np.float16 and buffers[3] is sent and ctx == np.float32
-    again, _ = compress(g * 2, buffers, 3)
+    assert sent.dtype == np.float16 and buffers[3].buf is sent and ctx == np.float32
+    np.testing.assert_array_equal(sent.asnumpy(), g.asnumpy().astype(np.float16))
+    g[:] = g * 3  # the same array again (the checks skipped): cast anew, into the same buffer
+    assert compress(g, buffers, 3)[0] is sent
+    np.testing.assert_allclose(sent.asnumpy(), [3.0, -7.5, 1.0, 21.0], rtol=1e-3)
+    again, _ = compress(g * 2 / 3, buffers, 3)  # another array of the same shape
     assert again is sent
     np.testing.assert_allclose(again.asnumpy(), [2.0, -5.0, 2.0 / 3, 14.0], rtol=1e-3)
     other, _ = compress(mx.nd.ones((2, 3)), buffers, 3)

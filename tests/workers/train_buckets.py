@@ -274,7 +274,7 @@ def fp16_compression():
         # rebound under new numbers: a stand-in key here) is dropped at the next step.
         live = {"%sbucket.%d" % (tr._prefix, b.number) for b in tr._buckets.buckets}
         assert set(tr._wire) == live, (sorted(tr._wire), sorted(live))
-        assert all(w.dtype == np.float16 for w in tr._wire.values())
+        assert all(w.buf.dtype == np.float16 for w in tr._wire.values())
         tr._wire["gone.bucket"] = mx.nd.zeros((3,), dtype="float16")
     train(net, tr, shard(x, B), shard(y, B), STEPS, after_step)
     for b in tr._buckets.buckets:
