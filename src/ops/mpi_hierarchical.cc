@@ -9,6 +9,7 @@
 
 #include "ops/concatenation.h"
 #include "ops/mpi_wait.h"
+#include "ops/scale.h"
 
 namespace mxhorovod {
 namespace {
@@ -157,8 +158,14 @@ class Pieces {
 
 Status MPIHierarchicalBackend::AllreduceBuffers(const std::vector<void*>& bufs,
                                                 const std::vector<int64_t>& counts, DataType dtype,
-                                                ReduceOp op, double /*scale*/, bool* scaled) {
-  *scaled = false;
+                                                ReduceOp op, double scale, bool* scaled) {
+  // A floating-point result's scale (Average's 1/size, a postscale) is applied by each
+  // host's local rank 0 to every slice once it is final, before its broadcast within the
+  // host: one pass per host, each slice's pipelined with the transfer of the next, where
+  // every rank made a pass over everything after the last slice. The same bits (the same
+  // ScaleBuffer on the same values). Integers keep the caller's exact division.
+  const bool fold = scale != 1.0 && IsFloat(dtype);
+  *scaled = fold;
   const int esize = DTypeSize(dtype);
   // Between more than 2 hosts a slice is cut into one block per host for the ring: 2 x
   // hosts link slices per slice keep each ring step at 2 link slices (64 MiB, 3 x 1 rank at
@@ -229,6 +236,7 @@ Status MPIHierarchicalBackend::AllreduceBuffers(const std::vector<void*>& bufs,
     }
     if (k2 >= 0 && result.ok()) {
       wait(&across[k2], kAcross);
+      if (fold && root && k2 < slices && result.ok()) ScaleBuffer(at(k2), n_of(k2), dtype, scale);
       if (local && result.ok()) {
         start(MPI_Ibcast(at(k2), n_of(k2), type, 0, local_, &bcast[k2]), kBcast);
       }
