@@ -91,8 +91,9 @@ def _cast(src, out):
         from mxhorovod import _core
         _core.cast(src.handle.value, out.handle.value, 0)
     else:
+        # mx.nd.cast refuses mx.np arrays (npx.set_np()): legacy views of the same memory.
         import mxnet as mx
-        mx.nd.cast(src, dtype=pair[1].name, out=out)
+        mx.nd.cast(src.as_nd_ndarray(), dtype=pair[1].name, out=out.as_nd_ndarray())
 
 
 _F16C_PAIRS = {(np.dtype(np.float32), np.dtype(np.float16)),
