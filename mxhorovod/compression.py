@@ -85,15 +85,29 @@ class FP16Compressor(Compressor):
 
 def _cast(src, out):
     """``mx.nd.cast(src, dtype=out.dtype, out=out)``, the same bits; between float32 and
-    float16 by mxhorovod's engine operation (F16C kernels: about 3x MXNet's speed)."""
+    float16 by mxhorovod's engine operation (F16C kernels: about 3x MXNet's speed), except
+    for an array that MKLDNN may hold in its own layout outside a gradient reduction (a
+    weight after an inference-mode forward), which the engine operation cannot read."""
     pair = (np.dtype(src.dtype), np.dtype(out.dtype))
-    if pair in _F16C_PAIRS:
+    if pair in _F16C_PAIRS and not _may_be_mkldnn(src, out):
         from mxhorovod import _core
         _core.cast(src.handle.value, out.handle.value, 0)
     else:
         # mx.nd.cast refuses mx.np arrays (npx.set_np()): legacy views of the same memory.
         import mxnet as mx
         mx.nd.cast(src.as_nd_ndarray(), dtype=pair[1].name, out=out.as_nd_ndarray())
+
+
+def _may_be_mkldnn(src, out):
+    """Whether MKLDNN may hold ``src`` or ``out`` (one is float32) in its own layout
+    (mpi_ops._settle): with MKLDNN, outside gradient_reduction() (DistributedTrainer's
+    gradients never are), a float32 array of 2 to 5 dimensions. Checked in that order: the
+    trainer's path reads one flag."""
+    from mxhorovod.mpi_ops import _settle
+    if not _settle():
+        return False
+    f32 = src if np.dtype(src.dtype) == np.float32 else out
+    return 2 <= len(f32.shape) <= 5
 
 
 _F16C_PAIRS = {(np.dtype(np.float32), np.dtype(np.float16)),

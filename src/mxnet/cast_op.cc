@@ -55,7 +55,12 @@ void DeleteCast(void* param) {
   delete op;
 }
 
-const char* Name(int dtype) { return dtype == kFloat32 ? "float32" : dtype == kFloat16 ? "float16" : "other"; }
+// mshadow's type flags, as mx.nd names them (errors only).
+const char* Name(int dtype) {
+  static const char* names[] = {"float32", "float64", "float16", "uint8", "int32", "int8", "int64",
+                                "bool", "int16", "uint16", "uint32", "uint64", "bfloat16"};
+  return dtype >= 0 && dtype <= 12 ? names[dtype] : "an unknown dtype";
+}
 
 }  // namespace
 
