@@ -3,7 +3,7 @@ with a subclass whose compress/decompress are astype (the old mx.nd path): the p
 after N steps must be bit-identical, on every rank, in every configuration below.
 
 Usage: mpirun -np 2 python repro/fp16_vs_astype.py [OUTFILE] [np]
-Env knobs to vary: SELF=fp16|astype|none (the run against itself), SANITY=1 (compare against Compression.none: must differ), MXHOROVOD_SIMD=portable, MXNET_ENGINE_TYPE=NaiveEngine.
+Env knobs to vary: PSET=0,2 (trainers over that process set; the others train alone), SELF=fp16|astype|none (the run against itself), SANITY=1 (compare against Compression.none: must differ), MXHOROVOD_SIMD=portable, MXNET_ENGINE_TYPE=NaiveEngine.
 Writes the fp16 run's parameter bits to OUTFILE (to compare across env settings)."""
 import hashlib
 import os
@@ -15,8 +15,15 @@ from mxnet import autograd, gluon
 
 import mxhorovod as hvd
 
-hvd.init()
+PSET = os.environ.get("PSET")  # e.g. "0,2": the trainers reduce over that process set
+if PSET:
+    _members = [int(r) for r in PSET.split(",")]
+    _pset = hvd.ProcessSet(_members)
+    hvd.init(process_sets=[_pset])
+else:
+    hvd.init()
 R, S = hvd.rank(), hvd.size()
+TRAINER_KW = {"process_set": _pset} if PSET else {}
 NP_MODE = len(sys.argv) > 2 and sys.argv[2] == "np"
 if NP_MODE:
     mx.npx.set_np()
@@ -71,7 +78,7 @@ def direct(compression, spec, steps=3, special=False, grad_req="write", **kw):
     if grad_req != "write":
         params.setattr("grad_req", grad_req)
     tr = hvd.DistributedTrainer(params, "sgd", {"learning_rate": 0.1, "momentum": 0.9},
-                                compression=compression, **kw)
+                                compression=compression, **kw, **TRAINER_KW)
     for s in range(steps):
         for k, p in enumerate(params.values()):
             seed = 1000 * s + 10 * k + R
@@ -107,7 +114,7 @@ def convnet(compression, steps=3, infer_first=True, grad_req="write", deferred=F
     if infer_first:
         net(mx.nd.array(rng.randn(2, 3, 8, 8))).wait_to_read()  # inference forward
     tr = hvd.DistributedTrainer(net.collect_params(), "sgd", {"learning_rate": 0.01},
-                                compression=compression, **kw)
+                                compression=compression, **kw, **TRAINER_KW)
     loss_fn = gluon.loss.L2Loss()
     for s in range(steps):
         x = mx.nd.array(rng.randn(4, 3, 8, 8))
@@ -160,7 +167,9 @@ for name, fn in CONFIGS.items():
         digest.update(a.tobytes())
         # The same bits on every rank (a rank's first 8 bytes of sha256, through allgather).
         mine = np.frombuffer(hashlib.sha256(a.tobytes()).digest()[:8], dtype=np.int64)
-        every = hvd.allgather(mx.nd.array(mine, dtype=np.int64), name="x.%s.%d" % (name, k))
+        every = hvd.allgather(mx.nd.array(mine, dtype=np.int64), name="x.%s.%d" % (name, k),
+                              **TRAINER_KW) if not PSET or R in _members else \
+            mx.nd.array(mine, dtype=np.int64)
         if len(set(every.asnumpy().tolist())) != 1 and "convnet" in name and k in (8, 9):
             pass  # BatchNorm's running mean and variance: local to each rank (as in Horovod)
         elif len(set(every.asnumpy().tolist())) != 1:
@@ -175,4 +184,5 @@ print("[rank %d] %d configs, %d mismatches, digest %s" % (R, len(CONFIGS), len(b
 if len(sys.argv) > 1 and sys.argv[1] != "-":
     with open("%s.%d" % (sys.argv[1], R), "w") as f:
         f.write(digest.hexdigest())
+hvd.allreduce(mx.nd.ones((1,)), name="end").wait_to_read()  # no rank shuts down early
 hvd.shutdown()
