@@ -63,7 +63,8 @@ class FP16Compressor(Compressor):
     def compress_into(tensor, buffers, key):
         """``compress(tensor)``, cast into a float16 array kept in ``buffers`` (a dict) under
         ``key`` and reused while the tensor's shape and device stay the same: no new array
-        each step. Returns (array to send, original dtype)."""
+        each step (``key``, as a str, also names the tensor in the error of a cast that
+        fails when it runs). Returns (array to send, original dtype)."""
         if not _is_float(tensor.dtype) or np.dtype(tensor.dtype) == np.float16:
             return tensor, tensor.dtype
         import mxnet as mx
@@ -71,7 +72,7 @@ class FP16Compressor(Compressor):
         if buf is None or buf.shape != tensor.shape or buf.context != tensor.context:
             buf = mx.nd.empty(tensor.shape, ctx=tensor.context, dtype=np.float16)
             buffers[key] = buf
-        _cast(tensor, buf)
+        _cast(tensor, buf, key)
         return buf, tensor.dtype
 
     @staticmethod
@@ -83,15 +84,16 @@ class FP16Compressor(Compressor):
         _cast(tensor, out)
 
 
-def _cast(src, out):
+def _cast(src, out, name=""):
     """``mx.nd.cast(src, dtype=out.dtype, out=out)``, the same bits; between float32 and
     float16 by mxhorovod's engine operation (F16C kernels: about 3x MXNet's speed), except
     for an array that MKLDNN may hold in its own layout outside a gradient reduction (a
-    weight after an inference-mode forward), which the engine operation cannot read."""
+    weight after an inference-mode forward), which the engine operation cannot read.
+    ``name`` (str() of it): the tensor's, in the error of an engine operation that fails."""
     pair = (np.dtype(src.dtype), np.dtype(out.dtype))
     if pair in _F16C_PAIRS and not _may_be_mkldnn(src, out):
         from mxhorovod import _core
-        _core.cast(src.handle.value, out.handle.value, 0)
+        _core.cast(src.handle.value, out.handle.value, 0, str(name))
     else:
         # mx.nd.cast refuses mx.np arrays (npx.set_np()): legacy views of the same memory.
         import mxnet as mx

@@ -213,6 +213,23 @@ def test_fp16_wire_path_of_an_array_in_mkldnn_layout():
     assert w.asnumpy().tobytes() == half.astype("float32").asnumpy().tobytes()
 
 
+def test_cast_failing_when_it_runs_names_its_tensor():
+    # In a gradient reduction (the trainer's path) the engine operation runs even on an
+    # array in MKLDNN's layout, and fails: the error names the tensor and the array.
+    import mxnet as mx
+    from mxhorovod.compression import _cast
+    from mxhorovod.mpi_ops import gradient_reduction
+    conv = mx.gluon.nn.Conv2D(64, 3, in_channels=64)
+    conv.initialize()
+    conv(mx.nd.ones((1, 64, 8, 8))).wait_to_read()
+    w = conv.weight.data()
+    half = mx.nd.empty(w.shape, dtype=np.float16)
+    with gradient_reduction():
+        _cast(w, half, "DistributedTrainer.0.3")
+    with pytest.raises(mx.base.MXNetError, match="cast 'DistributedTrainer.0.3' input: "):
+        half.asnumpy()
+
+
 def _run_allreduce(tmp_path, simd):
     out = tmp_path / ("bits." + simd)
     env = {"MXHOROVOD_SIMD": simd, "HOROVOD_LOG_LEVEL": "debug"}
