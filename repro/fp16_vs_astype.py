@@ -84,10 +84,10 @@ def direct(compression, spec, steps=3, special=False, grad_req="write", **kw):
             seed = 1000 * s + 10 * k + R
             g = special_grad(p.shape, p.dtype, seed) if special else \
                 np.random.RandomState(seed).randn(*p.shape).astype(p.dtype)
+            val = mx.np.array(g, dtype=p.dtype) if NP_MODE else mx.nd.array(g, dtype=p.dtype)
             if grad_req == "add":  # accumulate onto what is there
-                p.grad()[:] = p.grad() + (mx.np.array(g) if NP_MODE else mx.nd.array(g, dtype=p.dtype))
-            else:
-                p.grad()[:] = mx.np.array(g) if NP_MODE else mx.nd.array(g, dtype=p.dtype)
+                val = p.grad() + val
+            val.copyto(p.grad())  # (0-d arrays take no [:])
             p.data()._fresh_grad = True  # as backward marks it
         tr.step(4)
     return [p.data().asnumpy() for p in params.values()]
