@@ -45,6 +45,8 @@ check("cpu(1) arrays", mx.nd.array(rng.randn(33), ctx=mx.cpu(1)),
       mx.nd.empty((33,), ctx=mx.cpu(1), dtype=np.float16))
 check("cpu_pinned arrays", mx.nd.array(rng.randn(33), ctx=mx.cpu_pinned(0)),
       mx.nd.empty((33,), ctx=mx.cpu_pinned(0), dtype=np.float16))
+check("cpu_shared arrays", mx.nd.array(rng.randn(33), ctx=mx.Context("cpu_shared", 0)),
+      mx.nd.empty((33,), ctx=mx.Context("cpu_shared", 0), dtype=np.float16))
 check("cpu(0) into cpu(1)", f32(33), mx.nd.empty((33,), ctx=mx.cpu(1), dtype=np.float16))
 check("float16 -> float32 slice", mx.nd.array(rng.randn(50), dtype=np.float16)[1:40],
       mx.nd.empty((39,), dtype=np.float32))
