@@ -226,8 +226,9 @@ def test_cast_failing_when_it_runs_names_its_tensor():
     half = mx.nd.empty(w.shape, dtype=np.float16)
     with gradient_reduction():
         _cast(w, half, "DistributedTrainer.0.3")
-    with pytest.raises(mx.base.MXNetError, match="cast 'DistributedTrainer.0.3' input: "):
+    with pytest.raises(mx.base.MXNetError, match="cast 'DistributedTrainer.0.3' input: ") as e:
         half.asnumpy()
+    assert "wait_to_read() does not change the layout" in str(e.value)
 
 
 def _run_allreduce(tmp_path, simd):
