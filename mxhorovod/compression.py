@@ -65,12 +65,13 @@ class FP16Compressor(Compressor):
     def compress_into(tensor, buffers, key):
         """``compress(tensor)``, cast into a float16 array kept in ``buffers`` (a dict) under
         ``key`` (a :class:`WireBuffer`) and reused while the tensor's shape and device stay
-        the same: no new array each step. Returns (array to send, original dtype). The
-        same NDArray object as the last call under ``key`` skips the checks (an NDArray's
-        dtype, shape and device never change)."""
+        the same: no new array each step. ``key``, as a str, also names the tensor in the
+        error of a cast that fails when it runs. Returns (array to send, original dtype).
+        The same NDArray object as the last call under ``key`` skips the checks (an
+        NDArray's dtype, shape and device never change)."""
         wire = buffers.get(key)
         if wire is not None and wire.source is tensor:
-            _cast(tensor, wire.buf, wire.fast)
+            _cast(tensor, wire.buf, wire.fast, key)
             return wire.buf, wire.dtype
         dtype = tensor.dtype
         if not _is_float(dtype) or np.dtype(dtype) == np.float16:
@@ -81,7 +82,7 @@ class FP16Compressor(Compressor):
             buf = mx.nd.empty(tensor.shape, ctx=tensor.context, dtype=np.float16)
         fast = np.dtype(dtype) == np.float32
         buffers[key] = WireBuffer(tensor, buf, dtype, fast)
-        _cast(tensor, buf, fast)
+        _cast(tensor, buf, fast, key)
         return buf, dtype
 
     @staticmethod
@@ -101,15 +102,32 @@ class WireBuffer(collections.namedtuple("WireBuffer", "source buf dtype fast")):
     __slots__ = ()
 
 
-def _cast(src, out, fast):
+def _cast(src, out, fast, name=""):
     """``mx.nd.cast(src, dtype=out.dtype, out=out)``, the same bits. ``fast`` (the caller
     knows the pair is float32 -> float16 or float16 -> float32): mxhorovod's engine
-    operation on F16C kernels, about 3x MXNet's speed; it refuses any other pair."""
-    if fast:
-        _core().cast(src.handle.value, out.handle.value, 0)
+    operation on F16C kernels, about 3x MXNet's speed, except for an array that MKLDNN may
+    hold in its own layout outside a gradient reduction (a weight after an inference-mode
+    forward), which the engine operation cannot read. ``name`` (str() of it): the
+    tensor's, in the error of an engine operation that fails when it runs."""
+    if fast and not _may_be_mkldnn(src, out):
+        _core().cast(src.handle.value, out.handle.value, 0, str(name))
     else:
+        # mx.nd.cast refuses mx.np arrays (npx.set_np()): legacy views of the same memory.
         import mxnet as mx
-        mx.nd.cast(src, dtype=np.dtype(out.dtype).name, out=out)
+        mx.nd.cast(src.as_nd_ndarray(), dtype=np.dtype(out.dtype).name,
+                   out=out.as_nd_ndarray())
+
+
+def _may_be_mkldnn(src, out):
+    """Whether MKLDNN may hold ``src`` or ``out`` (one is float32) in its own layout
+    (mpi_ops._settle): with MKLDNN, outside gradient_reduction() (DistributedTrainer's
+    gradients never are), a float32 array of 2 to 5 dimensions. Checked in that order: the
+    trainer's path reads one flag."""
+    from mxhorovod.mpi_ops import _settle
+    if not _settle():
+        return False
+    f32 = src if np.dtype(src.dtype) == np.float32 else out
+    return 2 <= len(f32.shape) <= 5
 
 
 _FLOAT32 = (np.float32, np.dtype(np.float32), "float32")

@@ -338,14 +338,16 @@ class DistributedTrainer(mx.gluon.Trainer):
                         self._decompress_into(t, ctx, buckets[k].flat)
 
     def _compress(self, tensor, key):
-        """The compressed array to send of ``tensor`` (a gradient ``key``: its index, or a
-        bucket's name), in a wire buffer kept from step to step where the compressor can."""
+        """The compressed array to send of ``tensor`` (``key``: the name of its collective,
+        a gradient's or a bucket's), in a wire buffer kept from step to step where the
+        compressor can."""
         self._wire_used.add(key)
         return self._wire_compress(tensor, self._wire, key)
 
     def _allreduce_one(self, i, grad, kwargs):
-        sent, ctx = self._compress(grad, i)
-        allreduce_(sent, name=self._name(i), priority=self._priorities[i], **kwargs)
+        name = self._name(i)
+        sent, ctx = self._compress(grad, name)
+        allreduce_(sent, name=name, priority=self._priorities[i], **kwargs)
         if sent is not grad:  # never copy an array onto itself: that engine op never runs
             self._decompress_into(sent, ctx, grad)
 
@@ -356,7 +358,7 @@ class DistributedTrainer(mx.gluon.Trainer):
                 by_dtype.setdefault(np.dtype(grad.dtype).name, []).append((i, grad))
             for dtype in sorted(by_dtype):
                 members = by_dtype[dtype]
-                sent = [self._compress(g, i) for i, g in members]
+                sent = [self._compress(g, self._name(i)) for i, g in members]
                 first, last = members[0][0], members[-1][0]
                 grouped_allreduce_([t for t, _ in sent],
                                    name="%s:%d" % (self._name(first), last),

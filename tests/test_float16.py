@@ -181,14 +181,54 @@ def test_cast_engine_operation_matches_mxnet(kernel):
     _core.cast(y.handle.value, h.handle.value, 0)
     del y  # the operation holds its own reference until it has run
     assert float((h.astype("float32") + 1).sum().asscalar()) == 7 * 7000
-    bad = [(src, mx.nd.empty(src.shape, dtype=np.float64), "from float32 into other"),
+    bad = [(src, mx.nd.empty(src.shape, dtype=np.float64), "from float32 into float64"),
            (src, mx.nd.empty((3,), dtype=np.float16), "elements and the output 3"),
            (mx.nd.ones((4,), dtype=np.int32), mx.nd.empty((4,), dtype=np.float16),
-            "from other into float16"),
+            "from int32 into float16"),
            (half, half, "from float16 into float16")]
     for a, b, text in bad:  # (a and b alive during the call: a handle is not a reference)
         with pytest.raises(InvalidArgumentError, match=text):
             _core.cast(a.handle.value, b.handle.value, 0)
+
+
+def test_fp16_wire_path_of_an_array_in_mkldnn_layout():
+    # Outside a gradient reduction, Compression.fp16's casts of a weight that MKLDNN holds
+    # in its own layout (a 64-channel conv after an inference-mode forward), from it and
+    # into it, give mx.nd.cast's bits (the engine operation cannot read that layout).
+    import mxnet as mx
+    import mxhorovod as hvd
+    from mxhorovod.compression import wire_path
+    compress, decompress_into = wire_path(hvd.Compression.fp16)
+    conv = mx.gluon.nn.Conv2D(64, 3, in_channels=64)
+    conv.initialize()
+    x = mx.nd.ones((1, 64, 8, 8))
+    conv(x).wait_to_read()
+    w = conv.weight.data()
+    sent, ctx = compress(w, {}, 0)
+    want = mx.nd.cast(w, dtype="float16")
+    assert sent.asnumpy().tobytes() == want.asnumpy().tobytes()
+    half = mx.nd.array(np.random.RandomState(2).randn(*w.shape), dtype=np.float16)
+    conv(x).wait_to_read()
+    decompress_into(half, ctx, w)
+    assert w.asnumpy().tobytes() == half.astype("float32").asnumpy().tobytes()
+
+
+def test_cast_failing_when_it_runs_names_its_tensor():
+    # In a gradient reduction (the trainer's path) the engine operation runs even on an
+    # array in MKLDNN's layout, and fails: the error names the tensor and the array.
+    import mxnet as mx
+    from mxhorovod.compression import _cast
+    from mxhorovod.mpi_ops import gradient_reduction
+    conv = mx.gluon.nn.Conv2D(64, 3, in_channels=64)
+    conv.initialize()
+    conv(mx.nd.ones((1, 64, 8, 8))).wait_to_read()
+    w = conv.weight.data()
+    half = mx.nd.empty(w.shape, dtype=np.float16)
+    with gradient_reduction():
+        _cast(w, half, True, "DistributedTrainer.0.3")
+    with pytest.raises(mx.base.MXNetError, match="cast 'DistributedTrainer.0.3' input: ") as e:
+        half.asnumpy()
+    assert "wait_to_read() does not change the layout" in str(e.value)
 
 
 def _run_allreduce(tmp_path, simd):

@@ -71,6 +71,26 @@ def test_fp16_compression_into_reused_buffers():
                                rtol=1e-3)
 
 
+def test_fp16_compression_into_numpy_arrays():
+    # Under npx.set_np() the gradients are mx.np arrays: every float dtype's casts (the
+    # engine operation for float32, mx.nd.cast for float64) give astype's bits, 0-d too.
+    from mxhorovod.compression import wire_path
+    compress, decompress_into = wire_path(hvd.Compression.fp16)
+    mx.npx.set_np()
+    try:
+        for dtype in ("float32", "float64"):
+            for shape in ((5,), ()):
+                g = mx.np.array(np.full(shape, 1.0 / 3), dtype=dtype)
+                sent, ctx = compress(g, {}, 0)
+                want = g.astype("float16")
+                assert sent.asnumpy().tobytes() == want.asnumpy().tobytes(), (dtype, shape)
+                out = mx.np.zeros(shape, dtype=dtype)
+                decompress_into(sent, ctx, out)
+                assert out.asnumpy().tobytes() == want.astype(dtype).asnumpy().tobytes()
+    finally:
+        mx.npx.reset_np()
+
+
 def test_none_compression_is_identity():
     x = mx.nd.ones((2, 3))
     sent, ctx = hvd.Compression.none.compress(x)

@@ -24,6 +24,7 @@ struct CastOp {
   void* dst = nullptr;
   int src_dtype = kFloat32;
   int64_t elements = 0;
+  std::string name;  // for errors: the tensor's name, or "float32 -> float16"
 };
 
 void RunCast(void* /*rctx*/, void* on_complete, void* param) {
@@ -32,9 +33,8 @@ void RunCast(void* /*rctx*/, void* on_complete, void* param) {
   std::memcpy(&cb, on_complete, sizeof(cb));
   void* from = nullptr;
   void* to = nullptr;
-  const Label label{"cast", "input or output"};
-  Status s = DataAtRun(op->src, label, &from);
-  if (s.ok()) s = DataAtRun(op->dst, label, &to);
+  Status s = DataAtRun(op->src, Label{"cast", op->name.c_str(), "input"}, &from);
+  if (s.ok()) s = DataAtRun(op->dst, Label{"cast", op->name.c_str(), "output"}, &to);
   if (!s.ok()) {
     dmlc::Error err("mxhorovod: " + s.reason());
     cb.fn(cb.engine, cb.param, &err);
@@ -55,11 +55,16 @@ void DeleteCast(void* param) {
   delete op;
 }
 
-const char* Name(int dtype) { return dtype == kFloat32 ? "float32" : dtype == kFloat16 ? "float16" : "other"; }
+// mshadow's type flags, as mx.nd names them (errors only).
+const char* Name(int dtype) {
+  static const char* names[] = {"float32", "float64", "float16", "uint8", "int32", "int8", "int64",
+                                "bool", "int16", "uint16", "uint32", "uint64", "bfloat16"};
+  return dtype >= 0 && dtype <= 12 ? names[dtype] : "an unknown dtype";
+}
 
 }  // namespace
 
-Status PushCast(void* src, void* dst, int priority) {
+Status PushCast(void* src, void* dst, int priority, const std::string& name) {
   ArrayInfo in, out;
   Status s = Describe(src, Label{"cast", "input"}, &in);
   if (s.ok()) s = Describe(dst, Label{"cast", "output"}, &out);
@@ -82,6 +87,7 @@ Status PushCast(void* src, void* dst, int priority) {
   auto* op = new CastOp();
   op->src_dtype = in.dtype;
   op->elements = n;
+  op->name = name.empty() ? std::string(Name(in.dtype)) + " -> " + Name(out.dtype) : name;
   s = KeepAlive(src, &op->src);
   if (s.ok()) s = KeepAlive(dst, &op->dst);
   if (!s.ok()) {

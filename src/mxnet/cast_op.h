@@ -6,6 +6,8 @@
 #ifndef MXHOROVOD_MXNET_CAST_OP_H_
 #define MXHOROVOD_MXNET_CAST_OP_H_
 
+#include <string>
+
 #include "common/status.h"
 
 namespace mxhorovod {
@@ -15,9 +17,10 @@ namespace mx {
 // in MXNet's engine, run on its CPU worker like MXNet's own operators; returns at once.
 // Both must be dense CPU arrays with the same number of elements, one float32 and the
 // other float16, and not the same array. InvalidArgument naming both otherwise (nothing
-// pushed). A failure when it runs (src left in MKLDNN's layout) is raised by MXNet at the
-// next read of dst.
-Status PushCast(void* src, void* dst, int priority);
+// pushed). A failure when it runs (src or dst left in MKLDNN's layout) is raised by MXNet
+// at the next read of dst, naming `name` (the tensor's, e.g. its collective's; may be
+// empty) and which of the two arrays it was.
+Status PushCast(void* src, void* dst, int priority, const std::string& name = std::string());
 
 }  // namespace mx
 }  // namespace mxhorovod

@@ -101,8 +101,11 @@ Status DataAtRun(void* handle, const Label& label, void** data) {
   if (MXNDArrayToDLPack(handle, &dl) != 0) {
     return Status::PreconditionError(
         label.str() + ": the array was converted to MKLDNN's internal layout by an operation queued "
-        "before this collective (an inference-mode forward pass); call .wait_to_read() on it "
-        "before the collective. MXNet said: " + LastMXNetError());
+        "before this one (an inference-mode forward pass, or an MKLDNN operator such as a "
+        "convolution given it as an input), which this operation cannot read (wait_to_read() does "
+        "not change the layout): do not give the array to such an operator between its last "
+        "write and this operation (for a gradient: between backward and the trainer's step). "
+        "MXNet said: " + LastMXNetError());
   }
   auto* t = static_cast<DLManagedTensor*>(dl);
   *data = static_cast<char*>(t->dl_tensor.data) + t->dl_tensor.byte_offset;

@@ -150,14 +150,16 @@ PYBIND11_MODULE(_core, m) {
   m.def("is_recording", &mx::AutogradIsRecording, "mx.autograd.is_recording(), without ctypes");
   m.def("engine_noop", [](uintptr_t h) { Raise(mx::PushNoop(H(h))); },
         "benchmarks: one engine operation on the array that completes at once");
-  m.def("cast", [](uintptr_t src, uintptr_t dst, int priority) {
+  m.def("cast", [](uintptr_t src, uintptr_t dst, int priority, const std::string& name) {
     Status s;
     {
       py::gil_scoped_release nogil;  // NaiveEngine runs it before the push returns
-      s = mx::PushCast(H(src), H(dst), priority);
+      s = mx::PushCast(H(src), H(dst), priority, name);
     }
     Raise(s);
-  }, "mx.nd.cast(src, out=dst) between float32 and float16, by the F16C kernels");
+  }, py::arg("src"), py::arg("dst"), py::arg("priority") = 0, py::arg("name") = std::string(),
+  "mx.nd.cast(src, out=dst) between float32 and float16, by the F16C kernels; `name` "
+  "(the tensor's) names it in the error of a cast that fails when it runs");
   // A DLPack capsule ("dltensor", for mx.nd.from_dlpack) of a zero-filled flat array the
   // peers on this host can map, or None when none can be made.
   m.def("shared_array", [](int64_t elements, int code, int bits) -> py::object {
