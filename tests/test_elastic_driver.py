@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from elastic_hosts import LocalHosts, unavailable
-from mpirun import REPO, worker_env, worker_path
+from mpirun import REPO, as_from_a_terminal, worker_env, worker_path
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
 
@@ -219,11 +219,14 @@ def test_discovery_printing_garbage_is_an_error(hosts):
 
 
 def test_interrupt_ends_the_run_without_a_reset(hosts):
-    # SIGINT to the launcher (a Ctrl-C): the ranks end, and no new job starts.
+    # SIGINT to the launcher (a Ctrl-C): the ranks end, and no new job starts. Started as
+    # from a terminal: in a run in the background (`bash .ci/run &`) it would inherit an
+    # ignored SIGINT, keep it ignored, and train to the end (seen: rc 0).
     hosts.set_hosts("ha:1\nhb:1\n")
     cmd, env = launcher(hosts, ["-np", "2"], ELASTIC_STEP_SLEEP="0.5")
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True, cwd=REPO)
+                            text=True, start_new_session=True, cwd=REPO,
+                            preexec_fn=as_from_a_terminal)
     try:
         log = os.path.join(hosts.root, "log")
         end = time.monotonic() + 120
