@@ -16,7 +16,6 @@ namespace mx {
 namespace {
 
 constexpr int kFloat32 = 0, kFloat16 = 2;  // mshadow's type flags
-constexpr int kCPUContext[2] = {1, 0};
 constexpr int kNormalProperty = 0;  // FnProperty::kNormal: run on the CPU worker thread
 
 struct CastOp {
@@ -55,13 +54,6 @@ void DeleteCast(void* param) {
   delete op;
 }
 
-// mshadow's type flags, as mx.nd names them (errors only).
-const char* Name(int dtype) {
-  static const char* names[] = {"float32", "float64", "float16", "uint8", "int32", "int8", "int64",
-                                "bool", "int16", "uint16", "uint32", "uint64", "bfloat16"};
-  return dtype >= 0 && dtype <= 12 ? names[dtype] : "an unknown dtype";
-}
-
 }  // namespace
 
 Status PushCast(void* src, void* dst, int priority, const std::string& name) {
@@ -72,8 +64,8 @@ Status PushCast(void* src, void* dst, int priority, const std::string& name) {
   const bool to_half = in.dtype == kFloat32 && out.dtype == kFloat16;
   const bool to_float = in.dtype == kFloat16 && out.dtype == kFloat32;
   if (!to_half && !to_float) {
-    return Status::InvalidArgument(std::string("cast: from ") + Name(in.dtype) + " into " +
-                                   Name(out.dtype) + ": only float32 -> float16 and float16 -> "
+    return Status::InvalidArgument(std::string("cast: from ") + MXDTypeName(in.dtype) + " into " +
+                                   MXDTypeName(out.dtype) + ": only float32 -> float16 and float16 -> "
                                    "float32 are cast here (use mx.nd.cast for other dtypes)");
   }
   const int64_t n = Elements(src), m = Elements(dst);
@@ -87,7 +79,7 @@ Status PushCast(void* src, void* dst, int priority, const std::string& name) {
   auto* op = new CastOp();
   op->src_dtype = in.dtype;
   op->elements = n;
-  op->name = name.empty() ? std::string(Name(in.dtype)) + " -> " + Name(out.dtype) : name;
+  op->name = name.empty() ? std::string(MXDTypeName(in.dtype)) + " -> " + MXDTypeName(out.dtype) : name;
   s = KeepAlive(src, &op->src);
   if (s.ok()) s = KeepAlive(dst, &op->dst);
   if (!s.ok()) {

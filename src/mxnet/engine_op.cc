@@ -20,7 +20,6 @@ namespace mxhorovod {
 namespace mx {
 namespace {
 
-constexpr int kCPUContext[2] = {1, 0};  // mxnet::Context{kCPU, 0}
 // FnProperty::kAsync (engine.h): an operation that only starts work and returns. MXNet runs
 // one whose dependencies are ready when it is pushed at once in the pushing thread, else in
 // the thread that completes its last dependency's writer (through the CPU worker queue).

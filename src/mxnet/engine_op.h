@@ -21,6 +21,8 @@ struct Error;
 namespace mxhorovod {
 namespace mx {
 
+constexpr int kCPUContext[2] = {1, 0};  // mxnet::Context{kCPU, 0}, as MXEnginePush*ND take it
+
 // Same layout as mxnet::engine::CallbackOnComplete (engine.h), whose members are private:
 // the engine passes a pointer to one that lives only during our function, so we copy it.
 struct EngineCallback {

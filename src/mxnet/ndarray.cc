@@ -9,15 +9,11 @@
 
 namespace mxhorovod {
 namespace mx {
-namespace {
-
 const char* MXDTypeName(int code) {
   static const char* names[] = {"float32", "float64", "float16", "uint8", "int32", "int8", "int64",
                                 "bool", "int16", "uint16", "uint32", "uint64", "bfloat16"};
   return code >= 0 && code <= 12 ? names[code] : "unknown";
 }
-
-}  // namespace
 
 std::string Label::str() const {
   std::string s = std::string(op) + " '" + (name ? name : "") + "'";

@@ -65,6 +65,8 @@ const void* ChunkIdentity(void* handle);
 Status KeepAlive(void* handle, void** copy);
 void FreeHandle(void* handle);
 std::string LastMXNetError();
+// mshadow's type flag as mx.nd names it ("float32", ...; "unknown" out of range).
+const char* MXDTypeName(int code);
 // mx.autograd.is_recording() without its ctypes call (~1.3 us each, on every plain
 // collective call).
 bool AutogradIsRecording();

@@ -236,7 +236,7 @@ Status MPIHierarchicalBackend::AllreduceBuffers(const std::vector<void*>& bufs,
     }
     if (k2 >= 0 && result.ok()) {
       wait(&across[k2], kAcross);
-      if (fold && root && k2 < slices && result.ok()) ScaleBuffer(at(k2), n_of(k2), dtype, scale);
+      if (fold && root && result.ok()) ScaleBuffer(at(k2), n_of(k2), dtype, scale);
       if (local && result.ok()) {
         start(MPI_Ibcast(at(k2), n_of(k2), type, 0, local_, &bcast[k2]), kBcast);
       }
