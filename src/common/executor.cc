@@ -158,12 +158,30 @@ Status Executor::AllreduceInPlace(const Response& resp, const std::vector<Tensor
     off += n * esize;
   }
   bool scaled = false;
+  // A tensor whose buffer the backend reports final completes at once, while the rest of
+  // the group is reduced (between hosts: its slices have crossed): unless packed (its
+  // result is still to be copied out) or still to be scaled here. Its callback is then
+  // gone, nothing below touches it, and its timeline row ends here.
+  const bool unscaled_is_final = post == 1.0 && divisor == 1;
+  BufferDone done;
+  if (!pack) {
+    done = [&entries, &scaled, unscaled_is_final](size_t i) {
+      TensorTableEntry* e = entries[i];
+      if (!(scaled || unscaled_is_final) || !e->callback) return;
+      StatusCallback callback = std::move(e->callback);
+      e->callback = nullptr;
+      Timeline::Get().OpEnd(e->request.name);  // [timeline]
+      callback(Status::OK());
+    };
+  }
   Timeline& timeline = Timeline::Get();
   timeline.ActivityStartAll(entries, MPIActivityName(OpType::kAllreduce));  // [timeline]
-  auto s = backend_->AllreduceBuffers(bufs, counts, dt, resp.reduce_op, post / divisor, &scaled);
+  auto s = backend_->AllreduceBuffers(bufs, counts, dt, resp.reduce_op, post / divisor, &scaled,
+                                      done);
   timeline.ActivityEndAll(entries);                                          // [timeline]
   if (!s.ok()) return s;
   for (size_t i = 0; i < entries.size(); ++i) {
+    if (!entries[i]->callback) continue;  // completed early (above)
     if (pack) {
       ScaleCopy(entries[i]->output.data, bufs[i], counts[i], dt, scaled ? 1.0 : post,
                 scaled ? 1 : divisor);

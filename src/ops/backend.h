@@ -5,12 +5,16 @@
 #define MXHOROVOD_OPS_BACKEND_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "common/common.h"
 
 namespace mxhorovod {
+
+// AllreduceBuffers' report that buffer i of the group is final.
+using BufferDone = std::function<void(size_t)>;
 
 class Backend {
  public:
@@ -28,11 +32,15 @@ class Backend {
   // InPlaceMinBytes() >= 0 the executor calls AllreduceBuffers for every group of at least
   // that many bytes instead of packing it into the fusion buffer, and fusion planning puts
   // tensors of any size into groups. bufs[i] holds counts[i] elements; `scale` and *scaled
-  // as in Allreduce.
+  // as in Allreduce. `done`, where the backend can and it is not empty: called as
+  // done(i) once buffer i holds its result, scaled as *scaled says (set before the first
+  // call), and the backend will not touch it again, so that its tensor can complete while
+  // the rest of the group is still being reduced. Buffers not reported are done on return.
   virtual int64_t InPlaceMinBytes() const { return -1; }
   virtual Status AllreduceBuffers(const std::vector<void*>& /*bufs*/,
                                   const std::vector<int64_t>& /*counts*/, DataType /*dtype*/,
-                                  ReduceOp /*op*/, double /*scale*/, bool* scaled) {
+                                  ReduceOp /*op*/, double /*scale*/, bool* scaled,
+                                  const BufferDone& /*done*/) {
     *scaled = false;
     return Status::UnknownError(std::string(name()) + ": no in-place group allreduce");
   }

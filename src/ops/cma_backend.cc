@@ -235,12 +235,13 @@ Status CMABackend::Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp 
   if (count * DTypeSize(dtype) < min_bytes_) {
     return flat_->Allreduce(buf, count, dtype, op, scale, scaled);
   }
-  return AllreduceBuffers({buf}, {count}, dtype, op, scale, scaled);
+  return AllreduceBuffers({buf}, {count}, dtype, op, scale, scaled, {});
 }
 
 Status CMABackend::AllreduceBuffers(const std::vector<void*>& bufs,
                                     const std::vector<int64_t>& counts, DataType dtype,
-                                    ReduceOp op, double scale, bool* scaled) {
+                                    ReduceOp op, double scale, bool* scaled,
+                                    const BufferDone& /*done*/) {
   const int esize = DTypeSize(dtype);
   const MPI_Datatype type = flat_->Type(dtype);
   const MPI_Op mpi_op = flat_->ReductionOp(dtype, op, scale, scaled);

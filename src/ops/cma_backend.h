@@ -62,8 +62,11 @@ class CMABackend : public MPIAllreduceOverlay {
   int64_t InPlaceMinBytes() const override { return min_bytes_; }
   // The steps above over the concatenation of bufs (blocks may span buffers), each buffer
   // read and written where it is: one address exchange and two barriers per group.
+  // Reports no buffer early (`done` unused): every block is final only after the last
+  // exchange.
   Status AllreduceBuffers(const std::vector<void*>& bufs, const std::vector<int64_t>& counts,
-                          DataType dtype, ReduceOp op, double scale, bool* scaled) override;
+                          DataType dtype, ReduceOp op, double scale, bool* scaled,
+                          const BufferDone& done) override;
 
  private:
   CMABackend(MPIBackend* flat, MPI_Comm comm, std::vector<int> job_ranks, std::vector<pid_t> pids,

@@ -91,7 +91,7 @@ Status MPIHierarchicalBackend::RingAcross(char* p, int n, int esize, MPI_Datatyp
 
 Status MPIHierarchicalBackend::Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp op,
                                          double scale, bool* scaled) {
-  return AllreduceBuffers({buf}, {count}, dtype, op, scale, scaled);
+  return AllreduceBuffers({buf}, {count}, dtype, op, scale, scaled, {});
 }
 
 namespace {
@@ -123,8 +123,14 @@ class Pieces {
     return slot.at;
   }
   char* at(int64_t k) const { return slots_[k % kSlots].at; }
-  void Close(int64_t k) {
+  // Slice k leaves the pipeline (slices leave in order); done(i) for each buffer whose
+  // last element it holds (empty buffers with the first slice at or after them).
+  void Close(int64_t k, const BufferDone& done) {
     if (slots_[k % kSlots].staged) Copy(k, false);
+    const int64_t end = k * per_call_ + n(k);
+    for (; next_done_ < bufs_.size() && concat_.start(next_done_ + 1) <= end; ++next_done_) {
+      if (done) done(next_done_);
+    }
   }
 
  private:
@@ -152,13 +158,15 @@ class Pieces {
   int64_t per_call_;
   std::vector<char>* staging_;
   Slot slots_[kSlots];
+  size_t next_done_ = 0;  // buffers [0, next_done_) reported done
 };
 
 }  // namespace
 
 Status MPIHierarchicalBackend::AllreduceBuffers(const std::vector<void*>& bufs,
                                                 const std::vector<int64_t>& counts, DataType dtype,
-                                                ReduceOp op, double scale, bool* scaled) {
+                                                ReduceOp op, double scale, bool* scaled,
+                                                const BufferDone& done) {
   // A floating-point result's scale (Average's 1/size, a postscale) is applied by each
   // host's local rank 0 to every slice once it is final, before its broadcast within the
   // host: one pass per host, each slice's pipelined with the transfer of the next, where
@@ -242,7 +250,7 @@ Status MPIHierarchicalBackend::AllreduceBuffers(const std::vector<void*>& bufs,
       }
       if (k2 >= 1) {
         wait(&bcast[k2 - 1], kBcast);
-        if (result.ok()) pieces.Close(closed++);
+        if (result.ok()) pieces.Close(closed++, done);
       }
     }
   }
@@ -251,7 +259,7 @@ Status MPIHierarchicalBackend::AllreduceBuffers(const std::vector<void*>& bufs,
     wait(&across[k], kAcross);
     wait(&bcast[k], kBcast);
   }
-  for (; result.ok() && closed < slices; ++closed) pieces.Close(closed);
+  for (; result.ok() && closed < slices; ++closed) pieces.Close(closed, done);
   return result;
 }
 

@@ -38,9 +38,13 @@ class MPIHierarchicalBackend : public MPIAllreduceOverlay {
   // transfers of other slices. The fusion buffer's pack of the whole group before the
   // first byte crosses, and its unpack after the last, had left the link idle (ResNet-50's
   // gradients on 2 hosts x 2 ranks). On one host: -1 (the executor packs, as before).
+  // done(i) as soon as the slices that hold buffer i have left the pipeline, so that its
+  // tensor completes (and the work that waits on it, a cast back, an optimizer update,
+  // runs) while later slices cross.
   int64_t InPlaceMinBytes() const override { return flat_->spans_hosts() ? 0 : -1; }
   Status AllreduceBuffers(const std::vector<void*>& bufs, const std::vector<int64_t>& counts,
-                          DataType dtype, ReduceOp op, double scale, bool* scaled) override;
+                          DataType dtype, ReduceOp op, double scale, bool* scaled,
+                          const BufferDone& done) override;
   void set_slice_bytes(int64_t bytes) { slice_bytes_ = bytes > 0 ? bytes : slice_bytes_; }
 
  private:

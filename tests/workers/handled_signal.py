@@ -1,9 +1,9 @@
-"""A rank whose script handles a fatal signal (a Python handler set before hvd.init()) and
-is sent it (os.kill) goes on: mxhorovod's crash report called it dying ("got SIGABRT; it
+"""A rank whose script handles fatal signals (Python handlers set before hvd.init()) and is
+sent them (os.kill) goes on: mxhorovod's crash report called it dying ("got SIGABRT; it
 dies of it") and its watchdog ended it 10 s later (exit 134; or 135 for SIGBUS), and with
-it the job. argv[1]: the signal's name (SIGABRT, SIGBUS, SIGFPE). Rank 1 is sent it, then
-every rank runs collectives for 12 s (past the watchdog's 10 s) and checks their values.
-Prints RANK <r> OK."""
+it the job. argv[1:]: the signals' names (SIGABRT, SIGBUS, SIGFPE), each handled and sent
+in turn. Rank 1 is sent them, then every rank runs collectives for 12 s (past the
+watchdog's 10 s) and checks their values. Prints RANK <r> OK."""
 import os
 import signal
 import sys
@@ -11,19 +11,21 @@ import time
 
 import mxnet as mx
 
-sig = getattr(signal, sys.argv[1])
+sigs = [getattr(signal, name) for name in sys.argv[1:]]
 handled = []
-signal.signal(sig, lambda s, frame: handled.append(s))
+for sig in sigs:
+    signal.signal(sig, lambda s, frame: handled.append(s))
 
 import mxhorovod as hvd  # noqa: E402
 
 hvd.init()
 r, n = hvd.rank(), hvd.size()
 if r == 1:
-    os.kill(os.getpid(), sig)
-    while not handled:  # Python runs the handler at its next bytecode
-        time.sleep(0.01)
-    assert handled == [sig], handled
+    for i, sig in enumerate(sigs):
+        os.kill(os.getpid(), sig)
+        while len(handled) <= i:  # Python runs the handler at its next bytecode
+            time.sleep(0.01)
+    assert handled == sigs, handled
 step = 0
 start = time.monotonic()
 while time.monotonic() - start < 12:  # the watchdog's 10 s, and some

@@ -2,7 +2,8 @@
 lie (argv[1]: the timeline file rank 0 writes). Link slices of a few KiB (set by the test)
 cut the group so that most slices span two or more tensors and are staged, some lie within
 one tensor, and empty tensors sit between them. Values are checked on every rank against
-numpy; rank 0 then checks in the timeline that no group was packed into the fusion buffer."""
+numpy; rank 0 then checks in the timeline that no group was packed into the fusion buffer
+and that a group's tensors completed one by one as their slices left the pipeline."""
 import json
 import sys
 
@@ -70,5 +71,26 @@ if r == 0:
     assert not packed, "packed into the fusion buffer: %s" % packed
     reduced = {names[e["pid"]] for e in events if e.get("pid") in groups and e.get("name") == "MPI_ALLREDUCE"}
     assert len(reduced) >= 8, sorted(reduced)
+    # Each tensor completes once its slices have left the pipeline, not at the group's end:
+    # the first tensor's row is closed (its MPI_ALLREDUCE and its operation end) before the
+    # last tensor's row records any end. An integer Average is divided after the whole group
+    # (exactly, by the executor), so there the first tensor waits for the group's end.
+    closes = {}  # row -> positions in the file of its end events after MPI_ALLREDUCE began
+    for at, e in enumerate(events):
+        if e.get("pid") not in groups:
+            continue
+        if e.get("name") == "MPI_ALLREDUCE":
+            closes[names[e["pid"]]] = []
+        elif e.get("ph") == "E" and names[e["pid"]] in closes:
+            closes[names[e["pid"]]].append(at)
+    first, last = 0, len(SIZES) - 1
+    for name, dtype, _, _ in checks:
+        rows = sorted(nm for nm in closes if nm.startswith(name + "."))
+        assert len(rows) == len(SIZES), (name, rows)
+        one, other = closes["%s.%d" % (name, first)], closes["%s.%d" % (name, last)]
+        assert len(one) == len(other) == 2, (name, one, other)
+        early = max(one) < min(other)
+        whole = dtype == "int32" and name.endswith(".%d" % hvd.Average)
+        assert early != whole, (name, one, other)
 hvd.shutdown()
 print("RANK %d OK" % r, flush=True)
