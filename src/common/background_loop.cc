@@ -157,10 +157,12 @@ void RunCycle(ProcessSet& set, bool shutdown_requested, MPI_Comm world, int worl
       s = set.executor->Run(*ok[group[0]], entries);
     }
     for (int i : group) {
-      // An entry the executor completed early (its buffer final while the group ran) has
-      // no callback left, and its timeline row is closed.
-      if (found[i] && !taken[i].callback) continue;
-      if (found[i]) taken[i].callback(s);
+      if (found[i]) {
+        // Completed early by the executor (its buffer final while the group ran): no
+        // callback left, and its timeline row closed there.
+        if (!taken[i].callback) continue;
+        taken[i].callback(s);
+      }
       timeline.OpEnd(ok[i]->names[0]);  // [timeline]
     }
   }

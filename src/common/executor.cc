@@ -162,12 +162,16 @@ Status Executor::AllreduceInPlace(const Response& resp, const std::vector<Tensor
   // the group is reduced (between hosts: its slices have crossed): unless packed (its
   // result is still to be copied out) or still to be scaled here. Its callback is then
   // gone, nothing below touches it, and its timeline row ends here.
-  const bool unscaled_is_final = post == 1.0 && divisor == 1;
+  // `is_final`: whether a reported buffer holds the result: always when there is nothing to
+  // scale, else when the backend scales (it sets *scaled before its first report). Two
+  // captures keep the std::function inline: no allocation per group.
+  static const bool kAlways = true;
+  const bool* is_final = post == 1.0 && divisor == 1 ? &kAlways : &scaled;
   BufferDone done;
   if (!pack) {
-    done = [&entries, &scaled, unscaled_is_final](size_t i) {
+    done = [&entries, is_final](size_t i) {
       TensorTableEntry* e = entries[i];
-      if (!(scaled || unscaled_is_final) || !e->callback) return;
+      if (!*is_final || !e->callback) return;
       StatusCallback callback = std::move(e->callback);
       e->callback = nullptr;
       Timeline::Get().OpEnd(e->request.name);  // [timeline]
