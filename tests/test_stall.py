@@ -201,11 +201,15 @@ def test_a_rank_that_exits_before_init_fails_the_others_init(np_, mode, guard):
     # naming the rank (the worker checks the text and the time), also with each rank
     # started under the rank guard (one process more between mpirun and the rank). And a
     # rank left out of hvd.init(comm=[0, 1]) that never starts MPI: the text says it must.
+    # With two ranks waiting, the first to raise and exit ends the job (it started MPI), and
+    # Hydra may kill the other before its own check (up to a second later): at least one
+    # waiting rank reports, and none fails otherwise.
     prefix = [sys.executable, GUARD] if guard else []
     proc = run_ranks(np_, "init_exited_peer.py", [mode], timeout=120, expect_ok=False, prefix=prefix)
     out = proc.stdout
-    for r in range(np_ - 1):
-        assert "RANK %d OK" % r in out, out
+    reported = [r for r in range(np_ - 1) if "RANK %d OK" % r in out]
+    assert reported if np_ > 2 else reported == [0], out
+    assert "AssertionError" not in out and "init() returned" not in out, out
     if mode == "raise":
         assert "a script failing on rank %d before hvd.init()" % (np_ - 1) in out, out
         assert proc.returncode != 0, out
