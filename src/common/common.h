@@ -61,6 +61,11 @@ struct Request {
   // list, submitted as its tensor 0's name with no data (see SubmitEmptyGroup), so that
   // the peers' tensors fail instead of waiting for it. -1: not checked.
   int32_t group_size = -1;
+  // Allreduce / reducescatter: made by a grouped call (its tensors named '<name>.<i>'), not
+  // a single one. The ranks must agree: a grouped call 'x' of one tensor and a single call
+  // 'x.0' share a name and a length, and made in different orders on different ranks they
+  // were paired with each other (each rank got the other call's sum, silently).
+  bool grouped = false;
   // An allgather's or alltoall's size exchange (mxhorovod.mpi_ops._size_exchange_name): it
   // carries its call's name, before the call's data collective of that name. The response
   // cache keeps the two apart (ResponseCache); the ranks must agree (MessageTable::Build),

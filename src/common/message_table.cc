@@ -80,6 +80,17 @@ Response MessageTable::Build(const std::vector<Request>& reqs) const {
               std::to_string(a.rank) + " asks for " + ShapeString(a.shape) + ", rank " +
               std::to_string(b.rank) + " for " + ShapeString(b.shape);
       }
+    } else if (b.grouped != a.grouped && a.group_size >= 0 && b.group_size >= 0) {
+      auto call = [](const Request& q) {
+        return q.grouped ? "a grouped call of " + std::to_string(q.group_size) +
+                               (q.group_size == 1 ? " tensor" : " tensors")
+                         : std::string("a single call");
+      };
+      err = std::string("Mismatched calls for ") + OpTypeName(a.op_type) + " '" + a.name +
+            "': rank " + std::to_string(a.rank) + " has " + call(a) + ", rank " +
+            std::to_string(b.rank) + " has " + call(b) +
+            " (a grouped call under the name N names its tensors 'N.0', 'N.1' and so on: here "
+            "a grouped call and a single call share a name; give them distinct names)";
     } else if (b.group_size != a.group_size && a.group_size >= 0 && b.group_size >= 0) {
       err = std::string("Mismatched numbers of tensors in the call of ") + OpTypeName(a.op_type) +
             " '" + a.name + "': rank " + std::to_string(a.rank) + " passed " +

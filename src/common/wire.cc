@@ -73,6 +73,7 @@ std::string EncodeRequests(const std::vector<Request>& reqs) {
     w.Ints(r.shape);
     w.Ints(r.splits);
     w.Pod(r.group_size);
+    w.Pod<uint8_t>(r.grouped);
     w.Pod<uint8_t>(r.size_exchange);
     w.Str(r.local_error);
   }
@@ -94,6 +95,7 @@ std::vector<Request> DecodeRequests(const char* data, size_t size) {
     r.shape = rd.Ints();
     r.splits = rd.Ints();
     r.group_size = rd.Pod<int32_t>();
+    r.grouped = rd.Pod<uint8_t>() != 0;
     r.size_exchange = rd.Pod<uint8_t>() != 0;
     r.local_error = rd.Str();
   }

@@ -124,7 +124,8 @@ struct Names {
 // rank with that text (see SubmitFailed) and the call returns -1 with it.
 int Grouped(OpType type, void** inputs, void** outputs, int num, const Names& names, int reduce_op,
             double prescale, double postscale, int priority, int process_set_id,
-            const std::string* fail_with = nullptr, bool size_exchange = false) {
+            const std::string* fail_with = nullptr, bool size_exchange = false,
+            bool grouped = false) {
   auto kind = [type, num] {  // for errors only
     return num == 1 ? std::string(OpTypeName(type)) : std::string("grouped ") + OpTypeName(type);
   };
@@ -158,6 +159,7 @@ int Grouped(OpType type, void** inputs, void** outputs, int num, const Names& na
       t.request.prescale = prescale;
       t.request.postscale = postscale;
       t.request.group_size = num;
+      t.request.grouped = grouped;
     }
     t.request.size_exchange = size_exchange;
     op->tensors.push_back(std::move(t));
@@ -230,12 +232,12 @@ int Grouped(OpType type, void** inputs, void** outputs, int num, const Names& na
 
 int Call(OpType type, void** inputs, void** outputs, int num, const std::string* names,
          int reduce_op, double prescale, double postscale, int priority, int process_set_id,
-         const std::string* fail_with, bool names_distinct, bool size_exchange) {
+         const std::string* fail_with, bool names_distinct, bool size_exchange, bool grouped) {
   Names n;
   n.s = names;
   n.distinct = names_distinct;
   return Grouped(type, inputs, outputs, num, n, reduce_op, prescale, postscale, priority,
-                 process_set_id, fail_with, size_exchange);
+                 process_set_id, fail_with, size_exchange, grouped);
 }
 
 int Broadcast(void* input, void* output, const std::string& name, int root_rank, int priority,
@@ -343,7 +345,7 @@ int MXWaitforHorovodGroupedAllreduce(MXHNDArrayHandle* inputs, MXHNDArrayHandle*
                                      const char** names, int reduce_op, double prescale_factor,
                                      double postscale_factor, int priority, int process_set_id) {
   return Grouped(OpType::kAllreduce, inputs, outputs, num, CNames(names), reduce_op, prescale_factor,
-                 postscale_factor, priority, process_set_id);
+                 postscale_factor, priority, process_set_id, nullptr, false, true);
 }
 
 int MXWaitforHorovodReducescatter(MXHNDArrayHandle input, MXHNDArrayHandle output, const char* name,
@@ -358,7 +360,7 @@ int MXWaitforHorovodGroupedReducescatter(MXHNDArrayHandle* inputs, MXHNDArrayHan
                                          double prescale_factor, double postscale_factor,
                                          int priority, int process_set_id) {
   return Grouped(OpType::kReducescatter, inputs, outputs, num, CNames(names), reduce_op, prescale_factor,
-                 postscale_factor, priority, process_set_id);
+                 postscale_factor, priority, process_set_id, nullptr, false, true);
 }
 
 int MXWaitforHorovodAllgather(MXHNDArrayHandle input, MXHNDArrayHandle output, const char* name,

@@ -19,11 +19,12 @@ namespace mx {
 // waiting (for a call whose input could not be read here), and the call returns -1.
 // `names_distinct`: the caller made the names distinct ('<base>.<i>'), so the check for a
 // name given twice (a sort of the names: 9% of a 1,000-tensor group's call) is skipped.
-// `size_exchange`: an allgather's size exchange (Request::size_exchange).
+// `size_exchange`: an allgather's size exchange (Request::size_exchange). `grouped`: a
+// grouped call, even of one tensor (Request::grouped).
 int Call(OpType type, void** inputs, void** outputs, int num, const std::string* names,
          int reduce_op, double prescale, double postscale, int priority, int process_set_id,
          const std::string* fail_with = nullptr, bool names_distinct = false,
-         bool size_exchange = false);
+         bool size_exchange = false, bool grouped = false);
 
 // MXWaitforHorovodAlltoall, marking the request as a size exchange when asked; with
 // `fail_with`, submitted as failed as Call does.

@@ -208,6 +208,7 @@ void SubmitEmptyGroup(std::shared_ptr<ProcessSet> set, OpType type, const std::s
   t.request.op_type = type;
   t.request.name = name;
   t.request.group_size = 0;  // the coordinator compares it with the peers' lengths
+  t.request.grouped = true;
   op.tensors.push_back(std::move(t));
   SubmitWithoutData(&op, nullptr);
 }

@@ -120,7 +120,7 @@ void CallGrouped(OpType type, const char* what, const std::vector<uintptr_t>& in
     for (size_t i = 0; settle && s.ok() && i < in.size(); ++i) s = Settle(in[i], false);
     const std::string why = UnreadableInput(s);
     rc = mx::Call(type, in.data(), out.data(), (int)in.size(), names.data(), op, pre, post,
-                  priority, ps, s.ok() ? nullptr : &why, made, size_exchange);
+                  priority, ps, s.ok() ? nullptr : &why, made, size_exchange, /*grouped=*/true);
   }
   Raise(s);
   Check(rc);

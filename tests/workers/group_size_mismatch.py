@@ -4,7 +4,8 @@ the rank with fewer tensors went on with them reduced, the others waited forever
 tensors it lacked), and the next calls of the same names must still work, through the
 response cache too. An empty list on one rank is such a call: that rank gets [] at once
 (as in Horovod), the peers the error (before, they waited forever); an empty list on every
-rank gives [] everywhere, and unnamed calls stay numbered alike on every rank."""
+rank gives [] everywhere, and unnamed calls stay numbered alike on every rank. A grouped
+call of one tensor and a single call under the same name fail alike."""
 import os
 
 import mxnet as mx
@@ -27,9 +28,9 @@ def read_all(ys):
         y.asnumpy()
 
 
-def mismatch(tag, call, counts):
+def mismatch(tag, call, counts, want=("Mismatched numbers of tensors",)):
     """``call(count)`` on every rank with this rank's count: every rank raises."""
-    want = ("Mismatched numbers of tensors", "'%s.0'" % tag)
+    want = tuple(want) + ("'%s.0'" % tag,)
     if NAIVE:
         raises(lambda: call(counts[r]), *want)
     else:
@@ -64,11 +65,38 @@ for tag, make in [("ga", allreduce), ("grs", reducescatter)]:
     agree(tag, make(tag), 2)
     works(tag + ".2")
 
-# A single call named like a group's tensor 0 against a group.
+# A single call named like a group's tensor 0 against a group: the error says which is which.
 single_vs_group = (lambda c: [hvd.allreduce(mx.nd.ones((3,)), op=hvd.Sum, name="sg.0")]
                    if c == 1 else hvd.grouped_allreduce(group(c), op=hvd.Sum, name="sg"))
-mismatch("sg", single_vs_group, [1] + [2] * (n - 1))
+mismatch("sg", single_vs_group, [1] + [2] * (n - 1),
+         ("Mismatched calls", "a single call", "a grouped call of 2 tensors", "distinct names"))
 works("sg")
+
+
+# A grouped call of one tensor 'sc' and a single call 'sc.0' share a name and a length.
+# Made in opposite orders on alternate ranks, they were paired with each other: each rank
+# silently got the other call's sum. Now both calls fail on every rank; made in the same
+# order, each meets its own kind.
+def grouped_one():
+    return hvd.grouped_allreduce(group(1), op=hvd.Sum, name="sc")
+
+
+def single_one():
+    return [hvd.allreduce(mx.nd.ones((4, 2)) * 100 * (r + 1), op=hvd.Sum, name="sc.0")]
+
+
+for call in ([grouped_one, single_one] if r % 2 == 0 else [single_one, grouped_one]):
+    want = ("Mismatched calls", "'sc.0'", "a grouped call of 1 tensor", "a single call")
+    if NAIVE:
+        raises(call, *want)
+    else:
+        ys = call()
+        raises(lambda: read_all(ys), *want)
+    mx.nd.waitall()
+for _ in range(2):  # the second time through the response cache
+    ys, zs = grouped_one(), single_one()
+    np.testing.assert_array_equal(ys[0].asnumpy(), np.full((4, 2), n * (n + 1) / 2))
+    np.testing.assert_array_equal(zs[0].asnumpy(), np.full((4, 2), 100 * n * (n + 1) / 2))
 
 
 def empty_on(tag, call, empty_rank, count=2, error_at_call=False):
