@@ -1,6 +1,8 @@
 """``mxhorovodrun --check-build``: horovodrun's report, plus the MXNet this build was made
 against, the one running, the MPI that mxhorovodrun would launch with, and the paths of the
-libmxnet and libmpi that the extension bound to at import."""
+mxhorovod package imported and of the libmxnet and libmpi that its extension bound to."""
+import os
+
 from mxhorovodrun.mpi import LaunchError, detect, find_mpirun
 
 __all__ = ["check_build_text"]
@@ -43,6 +45,8 @@ def check_build_text(environ=None, verbose=False):
             built or "unknown (extension built before versions were recorded)", mx.__version__,
             "  <-- MISMATCH: rebuild mxhorovod" if built and built != mx.__version__ else ""),
         _mpi_line(environ),
+        # A checkout in the current folder shadows an installed package: say which one runs.
+        "mxhorovod loaded: %s" % os.path.dirname(os.path.abspath(mxhorovod.__file__)),
         "libmxnet loaded: %s" % binding.LOADED.get("libmxnet", "unknown"),
         "libmpi loaded: %s (from %s)" % (binding.LOADED.get("libmpi", "unknown"),
                                          binding.LOADED.get("libmpi_from", "unknown")),

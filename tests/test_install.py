@@ -77,6 +77,9 @@ def test_wheel_built_in_one_venv_runs_in_another(tmp_path):
                cwd=str(tmp_path))
     site = glob.glob(str(venv_b / "lib" / "python*" / "site-packages"))[0]
     assert "libmxnet loaded: %s/mxnet/libmxnet.so" % os.path.realpath(site) in out, out
+    loaded = re.search(r"^mxhorovod loaded: (.+)$", out, re.M)  # the installed one
+    assert loaded and os.path.realpath(loaded.group(1)) == os.path.join(
+        os.path.realpath(site), "mxhorovod"), out
     assert "libmpi loaded: %s (from the mpich wheel)" % os.path.realpath(
         str(venv_b / "lib" / "libmpi.so.12")) in out, out
 
