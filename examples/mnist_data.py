@@ -96,9 +96,10 @@ def _from_mxnet():
     import fcntl
     from mxnet import base
     from mxnet.gluon.data.vision import MNIST
-    root = os.path.join(base.data_dir(), "datasets", "mnist")
-    os.makedirs(os.path.dirname(root), exist_ok=True)
-    with open(os.path.join(os.path.dirname(root), ".mnist.lock"), "w") as lock:
+    datasets = os.path.join(base.data_dir(), "datasets")
+    root = os.path.join(datasets, "mnist")
+    os.makedirs(datasets, exist_ok=True)
+    with open(os.path.join(datasets, ".mnist.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         train, test = MNIST(root=root, train=True), MNIST(root=root, train=False)
     return (train._data.asnumpy().reshape(-1, 28, 28), train._label.astype(np.uint8),

@@ -86,9 +86,7 @@ Response MessageTable::Build(const std::vector<Request>& reqs) const {
                                (q.group_size == 1 ? " tensor" : " tensors")
                          : std::string("a single call");
       };
-      err = std::string("Mismatched calls for ") + OpTypeName(a.op_type) + " '" + a.name +
-            "': rank " + std::to_string(a.rank) + " has " + call(a) + ", rank " +
-            std::to_string(b.rank) + " has " + call(b) +
+      err = Mismatch("calls", a, b, call(a), call(b)) +
             " (a grouped call under the name N names its tensors 'N.0', 'N.1' and so on: here "
             "a grouped call and a single call share a name; give them distinct names)";
     } else if (b.group_size != a.group_size && a.group_size >= 0 && b.group_size >= 0) {
