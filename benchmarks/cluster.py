@@ -100,6 +100,9 @@ def parse(argv=None):
     ap.add_argument("--env", action="append", default=[],
                     help="NAME=VALUE for every rank (repeatable), e.g. MXHOROVOD_BLOCKING_DATA=1")
     ap.add_argument("--timeout", type=int, default=900, help="seconds per mpirun job")
+    ap.add_argument("--job-log", metavar="FILE",
+                    help="append each job's output (the ranks' stdout and stderr: with "
+                         "HOROVOD_LOG_LEVEL=debug, the measured link rate) to FILE")
     ap.add_argument("--quick", action="store_true", help="smoke test: tiny, 2x1@1gbit")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--impl", default="mxhorovod", help=argparse.SUPPRESS)
@@ -410,6 +413,9 @@ def run_job(hosts, setting, args, python, impl):
     if python != sys.executable:  # that Python's own mpirun
         cmd[0] = os.path.join(os.path.dirname(python), "mpirun")
     proc = hosts.run_cmd(cmd, timeout=args.timeout, env=env)
+    if args.job_log:
+        with open(args.job_log, "a") as f:
+            f.write("== %s %s %s\n%s\n" % (setting["name"], impl, " ".join(args.env), proc.stdout))
     lines = [x for x in proc.stdout.splitlines() if x.startswith("CLUSTER_JSON ")]
     if proc.returncode != 0 or not lines:
         raise RuntimeError("%s job failed (exit %s):\n%s" % (impl, proc.returncode,

@@ -13,6 +13,7 @@ Also here: hierarchical allreduce (HOROVOD_HIERARCHICAL_ALLREDUCE=1) on one host
 namespaces. Skipped with the reason where namespaces (or UTS namespaces) are not allowed.
 """
 import json
+import math
 import os
 import re
 import sys
@@ -120,10 +121,11 @@ def test_hierarchical_sends_less_between_hosts(hosts):
     # (The data plane calls MPI_Iallreduce, or MPI_Allreduce with MXHOROVOD_BLOCKING_DATA=1.)
     ring = {"MPIR_CVAR_IALLREDUCE_INTRA_ALGORITHM": "tsp_ring",
             "MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM": "ring"}
-    flat = hosts.run(["h1", "h2"], "multihost_traffic.py", [mib], ppn=2, timeout=120,
+    # The workers also check that the link's rate was measured where the link is waited on.
+    flat = hosts.run(["h1", "h2"], "multihost_traffic.py", [mib, "flat"], ppn=2, timeout=120,
                      env=dict(ring, **FLAT))
-    hier = hosts.run(["h1", "h2"], "multihost_traffic.py", [mib], ppn=2, timeout=120,
-                     env=dict(ring, **HIER))
+    hier = hosts.run(["h1", "h2"], "multihost_traffic.py", [mib, "hierarchical"], ppn=2,
+                     timeout=120, env=dict(ring, **HIER))
     # Without a setting, 2 hosts x 2 ranks: hierarchical.
     auto = hosts.run(["h1", "h2"], "multihost_traffic.py", [mib], ppn=2, timeout=120, env=ring)
     payload = mib << 20
@@ -365,6 +367,41 @@ def test_transfer_settings_in_one_process(monkeypatch):
         assert y.asnumpy().tolist() == [1.5, -2.0]
     finally:
         hvd.shutdown()
+
+
+def test_link_pace_follows_the_measured_rate():
+    # ops/link_pace.h: the pause of a wait between hosts is the time the link takes to move
+    # 20 KB at the rate measured by allreduces between hosts; a rise is taken at once, a
+    # fall by an eighth of the difference per call. Measurements are given here, no job.
+    from mxhorovod import _core
+    mib64 = 64 << 20
+    try:
+        _core.reset_link_pace()
+        assert _core.link_pace() == (0, 50)  # nothing measured: the first pause
+        for small in ((4 << 20) - 1, 0):
+            _core.note_link_allreduce(small, 2, 0.001)  # latency-bound: ignored
+        _core.note_link_allreduce(mib64, 1, 0.01)  # one host: no link
+        _core.note_link_allreduce(mib64, 2, 0)
+        assert _core.link_pace() == (0, 50)
+        # 64 MiB between 2 hosts in 0.56 s: each host sent 64 MiB, 958.7 Mbit/s; 167 us.
+        _core.note_link_allreduce(mib64, 2, 0.56)
+        rate, pause = _core.link_pace()
+        assert rate == pytest.approx(mib64 / 0.56) and pause == 167
+        # 3 hosts: each sends 4/3 of the bytes. Faster: taken at once.
+        _core.note_link_allreduce(mib64 * 3 // 4, 3, 0.2)
+        assert _core.link_pace() == (pytest.approx(mib64 / 0.2), 60)
+        # A slow call (a late peer): an eighth of the way down.
+        _core.note_link_allreduce(mib64, 2, 1.0)
+        want = 0.875 * mib64 / 0.2 + 0.125 * mib64
+        assert _core.link_pace() == (pytest.approx(want), math.ceil(20000 / want * 1e6))
+        # 20 Gbit/s and faster: under 10 us, so no pause (the wait yields its core).
+        _core.note_link_allreduce(mib64, 2, mib64 * 8 / 20e9)
+        assert _core.link_pace()[1] == 0
+        _core.reset_link_pace()
+        _core.note_link_allreduce(mib64, 2, mib64 * 8 / 100e6)  # 100 Mbit/s: 1.6 ms, capped
+        assert _core.link_pace()[1] == 1000
+    finally:
+        _core.reset_link_pace()
 
 
 def test_hierarchical_setting_in_one_process(monkeypatch):

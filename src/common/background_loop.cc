@@ -16,6 +16,7 @@
 #include "host_cores.h"
 #include "logging.h"
 #include "ops/float16.h"
+#include "ops/link_pace.h"
 #include "ops/mpi_wait.h"
 #include "ops/peer_watch.h"
 #include "process_set.h"
@@ -295,6 +296,7 @@ void BackgroundLoop(StartArgs args) {
   policy.transfer_min_mbits = cfg.transfer_min_mbits;
   policy.link_sleep_us = cfg.link_sleep_us;
   SetWaitPolicy(policy);
+  ResetLinkPace();  // a new job (init after shutdown) measures its own links
   LogDebug(std::string("doorbell: ") +
            (OpenDoorbell(comm, hc.local, cfg.doorbell)
                 ? "every rank of the job can wake every other"

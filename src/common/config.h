@@ -43,8 +43,9 @@ struct Config {
   double transfer_timeout_s = 30;
   double transfer_min_mbits = 100;
   // MXHOROVOD_LINK_SLEEP_US: the pause between tests of a wait between hosts, in
-  // microseconds (ops/mpi_wait.h LinkWait); 0: no pause, the wait yields its core instead.
-  int link_sleep_us = 50;
+  // microseconds (ops/mpi_wait.h LinkWait); 0: no pause, the wait yields its core instead;
+  // -1 (unset): sized from the link's measured rate (ops/link_pace.h).
+  int link_sleep_us = -1;
   // MXHOROVOD_SIMD, lower case: the float16 kernels (ops/float16.h). "" or "auto": the best
   // this CPU has; "avx2"; "portable": plain C++ (the same bits, slower).
   std::string simd;

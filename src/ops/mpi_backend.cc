@@ -3,11 +3,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "ops/link_pace.h"
 #include "ops/mpi_wait.h"
 #include "ops/scale.h"
 
@@ -40,7 +42,7 @@ Status ToIntCounts(const std::vector<int64_t>& bytes, std::vector<int>* counts,
 
 }  // namespace
 
-std::string OtherHosts(MPI_Comm comm, int* ranks_here) {
+std::string OtherHosts(MPI_Comm comm, int* ranks_here, int* hosts) {
   int size = 1;
   MPI_Comm_size(comm, &size);
   char host[kHostChars] = {0};
@@ -57,6 +59,7 @@ std::string OtherHosts(MPI_Comm comm, int* ranks_here) {
       others.push_back(h);
     }
   }
+  if (hosts) *hosts = 1 + (int)others.size();
   std::string out;
   for (const auto& h : others) out += (out.empty() ? "" : ", ") + h;
   return out;
@@ -66,7 +69,7 @@ MPIBackend::MPIBackend(MPI_Comm comm, int64_t slice_bytes, int64_t link_slice_by
     : comm_(comm), slice_bytes_(slice_bytes > 0 ? slice_bytes : (int64_t)1 << 22),
       link_slice_bytes_(link_slice_bytes > 0 ? link_slice_bytes : (int64_t)1 << 20) {
   MPI_Comm_size(comm_, &size_);
-  other_hosts_ = OtherHosts(comm_, &ranks_here_);
+  other_hosts_ = OtherHosts(comm_, &ranks_here_, &hosts_);
   link_.peers = other_hosts_;
 }
 
@@ -96,6 +99,13 @@ Status MPIBackend::Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp 
   const int64_t per_call =
       std::max<int64_t>(1, (spans_hosts() ? link_slice_bytes_ : slice_bytes_) / esize);
   char* p = static_cast<char*>(buf);
+  const auto started = std::chrono::steady_clock::now();
+  // Between hosts, the call's time measures the link's rate (link_pace.h).
+  auto note = [&]() {
+    if (!spans_hosts()) return;
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - started;
+    NoteLinkAllreduce(count * esize, hosts_, took.count());
+  };
   if (GetWaitPolicy().blocking_data) {
     for (int64_t done = 0; done < count; done += per_call) {
       int n = static_cast<int>(std::min(per_call, count - done));
@@ -103,6 +113,7 @@ Status MPIBackend::Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp 
                         "MPI_Allreduce");
       if (!s.ok()) return s;
     }
+    note();
     return Status::OK();
   }
   // Between hosts two slices are in flight (started in the same order on every rank, as
@@ -134,6 +145,7 @@ Status MPIBackend::Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp 
     ++in_flight;
   }
   while (in_flight > 0) wait_oldest();  // every started call, also after an error
+  if (result.ok()) note();
   return result;
 }
 

@@ -23,7 +23,7 @@ constexpr int kLinkWindow = 2;
 // Collective over `comm`: the hosts (by host name) of its ranks other than this one's, in
 // rank order, "h2, h3" ("" when every rank is on this host); *ranks_here gets how many of
 // its ranks are on this host.
-std::string OtherHosts(MPI_Comm comm, int* ranks_here);
+std::string OtherHosts(MPI_Comm comm, int* ranks_here, int* hosts = nullptr);
 
 class MPIBackend : public Backend {
  public:
@@ -54,6 +54,7 @@ class MPIBackend : public Backend {
   // Whether the communicator's ranks are on more than one host (by host name).
   bool spans_hosts() const { return !other_hosts_.empty(); }
   const std::string& other_hosts() const { return other_hosts_; }
+  int hosts() const { return hosts_; }  // hosts the communicator spans
 
  private:
   // The bound of a data call moving `bytes` per rank between hosts (null on one host);
@@ -65,6 +66,7 @@ class MPIBackend : public Backend {
   // ranks share this host (they share its link).
   std::string other_hosts_;
   int ranks_here_ = 1;
+  int hosts_ = 1;
   LinkWait link_;
   int64_t slice_bytes_;
   int64_t link_slice_bytes_;

@@ -3,11 +3,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "ops/concatenation.h"
+#include "ops/link_pace.h"
 #include "ops/mpi_wait.h"
 #include "ops/scale.h"
 
@@ -172,6 +174,7 @@ Status MPIHierarchicalBackend::AllreduceBuffers(const std::vector<void*>& bufs,
   // host: one pass per host, each slice's pipelined with the transfer of the next, where
   // every rank made a pass over everything after the last slice. The same bits (the same
   // ScaleBuffer on the same values). Integers keep the caller's exact division.
+  const auto started = std::chrono::steady_clock::now();
   const bool fold = scale != 1.0 && IsFloat(dtype);
   *scaled = fold;
   const int esize = DTypeSize(dtype);
@@ -260,6 +263,11 @@ Status MPIHierarchicalBackend::AllreduceBuffers(const std::vector<void*>& bufs,
     wait(&bcast[k], kBcast);
   }
   for (; result.ok() && closed < slices; ++closed) pieces.Close(closed, done);
+  if (result.ok() && cross) {
+    // The call's time measures the link's rate (link_pace.h): only the local roots wait on it.
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - started;
+    NoteLinkAllreduce(count * esize, hosts_, took.count());
+  }
   return result;
 }
 

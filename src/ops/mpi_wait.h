@@ -50,15 +50,16 @@ struct WaitPolicy {
   double transfer_base_s = 30;
   double transfer_min_mbits = 100;
   // The pause between tests of a wait between hosts (LinkWait), after data_busy_us of
-  // tests back to back; 0: the wait yields its core between tests and never sleeps.
-  int link_sleep_us = 50;
+  // tests back to back; 0: the wait yields its core between tests and never sleeps; -1
+  // (MXHOROVOD_LINK_SLEEP_US unset): sized from the link's measured rate (link_pace.h).
+  int link_sleep_us = -1;
 };
 
 // A data call over a communicator that spans hosts. MPI moves bytes over TCP only while
 // some call of this process drives its progress: the wait tests back to back for
-// data_busy_us, then, where `pause` is set, sleeps link_sleep_us (50 us: 6 KB at 1
-// Gbit/s, well within the socket buffers) between tests, else yields its core between
-// tests. It never sleeps on the doorbell or for the growing pauses of WaitRequest (a 64
+// data_busy_us, then, where `pause` is set, sleeps between tests (the time the link takes
+// to move 20 KB, link_pace.h, well within the socket buffers; or link_sleep_us where set),
+// else yields its core between tests. It never sleeps on the doorbell or for the growing pauses of WaitRequest (a 64
 // MiB allreduce on 2 hosts x 2 ranks at 1 Gbit/s took 1391 ms with them against 649 with
 // MPI's blocking call). A wait that yielded instead of sleeping moved an allreduce's bytes
 // as fast but took 5.6 times the CPU (0.56 s per 64 MiB at 1 Gbit/s, 2 hosts x 1 rank,

@@ -18,6 +18,7 @@
 #include "mxnet/engine_op.h"
 #include "mxnet/ndarray.h"
 #include "mxnet/shared_array.h"
+#include "ops/link_pace.h"
 
 namespace py = pybind11;
 using namespace mxhorovod;
@@ -341,4 +342,10 @@ PYBIND11_MODULE(_core, m) {
     }
     return PlanFusion(v, threshold);
   });
+  m.def("link_pace", [] { return py::make_tuple(LinkRateEstimate(), LinkPauseUs()); },
+        "(the link rate measured by allreduces between hosts in bytes/s, 0: none yet; the "
+        "pause between tests of a wait between hosts it gives, in microseconds)");
+  m.def("note_link_allreduce", &NoteLinkAllreduce, py::arg("bytes"), py::arg("hosts"),
+        py::arg("seconds"), "tests: one measurement of the link pace (no job running)");
+  m.def("reset_link_pace", &ResetLinkPace, "tests: forget the link pace (no job running)");
 }

@@ -1,0 +1,60 @@
+#include "ops/link_pace.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "common/logging.h"
+
+namespace mxhorovod {
+namespace {
+
+// Bytes per second; 0 until the first measurement. Written by the background thread only;
+// atomic because logs and tests may read it from other threads.
+std::atomic<double> g_rate{0};
+std::atomic<long> g_pause_us{kFirstPauseUs};
+long g_logged_pause_us = -1;
+
+long PauseFor(double rate) {
+  if (rate <= 0) return kFirstPauseUs;
+  const double us = (double)kPaceBytes / rate * 1e6;
+  if (us < kMinPauseUs) return 0;
+  return (long)std::min<double>(kMaxPauseUs, std::ceil(us));
+}
+
+}  // namespace
+
+void NoteLinkAllreduce(int64_t bytes, int hosts, double seconds) {
+  if (hosts < 2 || bytes < kPaceMinBytes || seconds <= 0) return;
+  const double sent = 2.0 * (hosts - 1) / hosts * (double)bytes;
+  const double r = sent / seconds;
+  const double old = g_rate.load();
+  // A rise is taken at once (a faster call proves the link is at least that fast); a fall
+  // slowly (a slow call may have waited for a late peer, or for a core, not for the link).
+  const double now = old <= 0 || r > old ? r : 0.875 * old + 0.125 * r;
+  g_rate.store(now);
+  const long pause = PauseFor(now);
+  g_pause_us.store(pause);
+  if (g_logged_pause_us < 0 || std::abs(pause - g_logged_pause_us) * 4 > g_logged_pause_us) {
+    g_logged_pause_us = pause;
+    char line[160];
+    std::snprintf(line, sizeof(line),
+                  "link pace: %.0f Mbit/s measured, pause %ld us between tests of a wait "
+                  "between hosts", now * 8 / 1e6, pause);
+    LogDebug(line);
+  }
+}
+
+long LinkPauseUs() { return g_pause_us.load(std::memory_order_relaxed); }
+
+double LinkRateEstimate() { return g_rate.load(); }
+
+void ResetLinkPace() {
+  g_rate.store(0);
+  g_pause_us.store(kFirstPauseUs);
+  g_logged_pause_us = -1;
+}
+
+}  // namespace mxhorovod
