@@ -36,9 +36,11 @@ import argparse
 import itertools
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -93,7 +95,8 @@ def parse(argv=None):
     ap.add_argument("--train", action="store_true",
                     help="also training rows (default mode): ResNet-50 v1, synthetic data, "
                          "batch --batch per rank: compute-only step C, exchange-only E, step T "
-                         "and the overlap 1 - (T - C) / E")
+                         "and the overlap 1 - (T - C) / E, beside the most the gradient "
+                         "order allows (from a timeline of 3 more steps: overlap_bound.py)")
     ap.add_argument("--batch", type=int, default=8, help="batch per rank of --train")
     ap.add_argument("--horovod-python", default=None,
                     help="a Python with horovod.mxnet (and mpich, mpi4py): Horovod rows")
@@ -316,7 +319,9 @@ def train_rows(job, hvd, mx, args):
         net(x)  # shapes final before any trainer
     hvd.init()
     plain = mx.gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.001})
-    dist = hvd.DistributedTrainer(net.collect_params(), "sgd", {"learning_rate": 0.001})
+    prefix = "train.grad."
+    dist = hvd.DistributedTrainer(net.collect_params(), "sgd", {"learning_rate": 0.001},
+                                  prefix=prefix)
 
     def step(trainer):
         def run():
@@ -332,6 +337,24 @@ def train_rows(job, hvd, mx, args):
         mx.nd.waitall()
     names = ("train compute C", "train exchange E", "train step T")
     times, sent, cpu = job.rows([step(plain), exchange, step(dist)], args.reps)
+    # The overlap the gradient order allows (overlap_bound.py), from a timeline of 3 more
+    # steps (rank 0 writes it; the other ranks' calls do nothing).
+    path = os.path.join(tempfile.mkdtemp(prefix="cluster_tl"), "steps.json")
+    hvd.start_timeline(path, mark_cycles=False)
+    for _ in range(3):
+        job.comm.Barrier()
+        step(dist)()
+    hvd.stop_timeline()
+    bound = None
+    if job.comm.rank == 0:
+        from mxhorovod.timeline import load
+        from overlap_bound import overlap_bound
+        # Gradient i of the trainer's parameter list (gluon's Trainer._params, sorted by
+        # name) is the collective "<prefix>i".
+        sizes = {"%s%d" % (prefix, i): p.grad().size * 4
+                 for i, p in enumerate(dist._params) if p.grad_req != "null"}
+        bound = overlap_bound(load(path), sizes, times[1]["median"])
+        shutil.rmtree(os.path.dirname(path), ignore_errors=True)
     hvd.shutdown()
     out = [{"row": name, "payload": "resnet50", "bytes": payload_bytes("resnet50"),
             "time_s": t, "sent": s, "cpu_s": c, "batch": args.batch}
@@ -342,6 +365,7 @@ def train_rows(job, hvd, mx, args):
     hidden = 1 - statistics.median(ti - ci for ci, ti in zip(c, t)) / statistics.median(e)
     for r in out:
         r["overlap"] = hidden
+        r["overlap_bound"] = bound
     return out
 
 
@@ -475,11 +499,15 @@ def report(res):
             r["row"], r["payload"], fmt(r["time_s"]),
             "-" if r["ratio"] is None else "%.2f" % r["ratio"], sent,
             "-" if r["counts"] is None else "yes" if r["counts"] else "NO", r["cpu_s"]))
-    ov = [r["overlap"] for r in res["rows"] if "overlap" in r]
+    ov = [r for r in res["rows"] if "overlap" in r]
     if ov:
         print("training (ResNet-50 v1, batch %d per rank): overlap 1 - (T - C) / E = %.2f "
               "(T - C: the median of the repetitions' differences)"
-              % (next(r["batch"] for r in res["rows"] if "batch" in r), ov[0]))
+              % (ov[0]["batch"], ov[0]["overlap"]))
+        if ov[0].get("overlap_bound") is not None:
+            print("the gradient order allows at most %.2f (each gradient sent at E's rate "
+                  "from when every rank has it, one after another: overlap_bound.py)"
+                  % ov[0]["overlap_bound"])
     for e in res["errors"]:
         print("error: " + e)
 

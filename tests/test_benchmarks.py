@@ -281,3 +281,36 @@ def test_cluster_quick():
         assert sorted(r["sent"]) == ["h1", "h2"]
         assert r["counts"] == all(v >= r["bytes"] for v in r["sent"].values()), r
         assert r["counts"], r  # every byte of the other host's share crossed the veths
+
+
+def test_overlap_bound_of_the_gradient_order():
+    # benchmarks/overlap_bound.py: the link sends the gradients one after another, each from
+    # when every rank has it; what is left after the last one is ready cannot be hidden.
+    sys.path.insert(0, BENCH)
+    from overlap_bound import exposed_us, overlap_bound, steps_exposed_us
+    from mxhorovod.timeline.events import Span, Timeline
+    # 100 B each at 10 B/us, ready every 10 us: the link keeps up, only the last is exposed.
+    assert exposed_us([0, 10, 20], [100, 100, 100], 10) == 10
+    assert exposed_us([20, 0, 10], [100, 100, 100], 10) == 10  # any order given
+    assert exposed_us([0, 0, 0], [100, 100, 100], 10) == 30   # all at once: all exposed
+    assert exposed_us([0, 100], [50, 50], 1) == 50            # the link idles in between
+    assert exposed_us([0, 1], [50, 50], 1) == 99              # the second queues
+    for bad in (([], [], 1), ([0], [1, 2], 1), ([0], [1], 0)):
+        with pytest.raises(ValueError):
+            exposed_us(*bad)
+
+    def timeline(uses):  # {tensor: [ALLREDUCE start per use]}
+        spans = []
+        for name, starts in uses.items():
+            for u, t in enumerate(starts):
+                spans.append(Span(name, "NEGOTIATE_ALLREDUCE", t - 5, t, u, 0))
+                spans.append(Span(name, "ALLREDUCE", t, t + 50, u, 0))
+                spans.append(Span(name, "MPI_ALLREDUCE", t + 1, t + 40, u, 1))
+        return Timeline(spans, [], [], 0, list(uses))
+    tl = timeline({"g.0": [1000, 0], "g.1": [1010, 10], "g.batch_size": [0, 0]})
+    sizes = {"g.0": 100, "g.1": 100}
+    # Step 1 (uses 0): ready at 1000, 1010; step 2: 0, 10 (the uses sorted by time).
+    assert steps_exposed_us(tl, sizes, 10) == [10, 10]
+    # E = 20 us for the 200 B: 10 B/us, so 10 of 20 us exposed at best.
+    assert overlap_bound(tl, sizes, 20e-6) == pytest.approx(0.5)
+    assert overlap_bound(timeline({"g.0": [0]}), sizes, 20e-6) is None  # g.1 never reduced
