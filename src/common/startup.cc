@@ -74,7 +74,7 @@ constexpr auto kExitLook = std::chrono::seconds(1);
 std::string ExitedAtInit(const std::string& gone, int rank, int size) {
   std::string who = rank >= 0 ? "rank " + std::to_string(rank) : "this rank";
   if (rank >= 0 && size > 0) who += " of " + std::to_string(size);
-  return "init(): " + gone + " before calling hvd.init(), while " + who +
+  return "init(): " + gone + " without completing hvd.init(), while " + who +
          " waited for it there; every rank of the job must call hvd.init() (a rank left out "
          "of init(comm=[...]) must still start MPI, as importing mpi4py does), so this rank "
          "stops waiting. Look at the output of the exited rank for why it ended (an exception, "

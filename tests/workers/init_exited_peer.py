@@ -32,7 +32,7 @@ else:
     raise AssertionError("init() returned with rank %d gone" % last)
 waited = time.time() - t0
 # The exited ranks: the last one, and any waiting rank that raised here first and ended.
-found = re.search(r"init\(\): ranks? ([\d, ]+) of %d ha(?:s|ve) exited before calling hvd.init\(\), "
+found = re.search(r"init\(\): ranks? ([\d, ]+) of %d ha(?:s|ve) exited without completing hvd.init\(\), "
                   r"while rank %d of %d waited" % (world_size, world_rank, world_size), text)
 assert found and str(last) in found.group(1).split(", "), text
 want = found.group(0)
