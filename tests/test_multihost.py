@@ -121,11 +121,11 @@ def test_hierarchical_sends_less_between_hosts(hosts):
     # (The data plane calls MPI_Iallreduce, or MPI_Allreduce with MXHOROVOD_BLOCKING_DATA=1.)
     ring = {"MPIR_CVAR_IALLREDUCE_INTRA_ALGORITHM": "tsp_ring",
             "MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM": "ring"}
-    # The workers also check that the link's rate was measured where the link is waited on.
-    flat = hosts.run(["h1", "h2"], "multihost_traffic.py", [mib, "flat"], ppn=2, timeout=120,
+    # The workers also check that every rank measured the link's rate (link_pace.h).
+    flat = hosts.run(["h1", "h2"], "multihost_traffic.py", [mib, "pace"], ppn=2, timeout=120,
                      env=dict(ring, **FLAT))
-    hier = hosts.run(["h1", "h2"], "multihost_traffic.py", [mib, "hierarchical"], ppn=2,
-                     timeout=120, env=dict(ring, **HIER))
+    hier = hosts.run(["h1", "h2"], "multihost_traffic.py", [mib, "pace"], ppn=2, timeout=120,
+                     env=dict(ring, **HIER))
     # Without a setting, 2 hosts x 2 ranks: hierarchical.
     auto = hosts.run(["h1", "h2"], "multihost_traffic.py", [mib], ppn=2, timeout=120, env=ring)
     payload = mib << 20
@@ -358,15 +358,25 @@ def test_transfer_settings_in_one_process(monkeypatch):
         with pytest.raises(ValueError, match=error):
             hvd.init()
         monkeypatch.delenv(name)
+    from mxhorovod import _core
     monkeypatch.setenv("MXHOROVOD_TRANSFER_MIN_MBITS", "10")
-    monkeypatch.setenv("MXHOROVOD_LINK_SLEEP_US", "20")
     monkeypatch.setenv("MXHOROVOD_TRANSFER_TIMEOUT_SECONDS", "0")
-    hvd.init()
-    try:
-        y = hvd.allreduce(mx.nd.array([1.5, -2.0]), op=hvd.Sum, name="transfer.single")
-        assert y.asnumpy().tolist() == [1.5, -2.0]
-    finally:
-        hvd.shutdown()
+    # A number fixes the pause between tests of a wait between hosts; "auto" (as unset)
+    # sizes it from the link's rate, 50 us until one is measured.
+    for value, pause in (("20", 20), (" AUTO", None), ("auto", 50)):
+        monkeypatch.setenv("MXHOROVOD_LINK_SLEEP_US", value)
+        if pause is None:
+            with pytest.raises(ValueError, match="MXHOROVOD_LINK_SLEEP_US=' AUTO'"):
+                hvd.init()
+            continue
+        hvd.init()
+        try:
+            y = hvd.allreduce(mx.nd.array([1.5, -2.0]), op=hvd.Sum, name="transfer.single")
+            assert y.asnumpy().tolist() == [1.5, -2.0]
+            # (Read after a collective: the background thread sets the pace as it starts.)
+            assert _core.link_pace() == (0, pause)
+        finally:
+            hvd.shutdown()
 
 
 def test_link_pace_follows_the_measured_rate():
@@ -390,9 +400,9 @@ def test_link_pace_follows_the_measured_rate():
         # 3 hosts: each sends 4/3 of the bytes. Faster: taken at once.
         _core.note_link_allreduce(mib64 * 3 // 4, 3, 0.2)
         assert _core.link_pace() == (pytest.approx(mib64 / 0.2), 60)
-        # A slow call (a late peer): an eighth of the way down.
+        # A slow call (a late peer, or a slower link): a quarter of the way down.
         _core.note_link_allreduce(mib64, 2, 1.0)
-        want = 0.875 * mib64 / 0.2 + 0.125 * mib64
+        want = 0.75 * mib64 / 0.2 + 0.25 * mib64
         assert _core.link_pace() == (pytest.approx(want), math.ceil(20000 / want * 1e6))
         # 20 Gbit/s and faster: under 10 us, so no pause (the wait yields its core).
         _core.note_link_allreduce(mib64, 2, mib64 * 8 / 20e9)
@@ -400,6 +410,12 @@ def test_link_pace_follows_the_measured_rate():
         _core.reset_link_pace()
         _core.note_link_allreduce(mib64, 2, mib64 * 8 / 100e6)  # 100 Mbit/s: 1.6 ms, capped
         assert _core.link_pace()[1] == 1000
+        _core.note_link_allreduce(mib64, 2, float("nan"))  # no time: ignored
+        assert _core.link_pace() == (pytest.approx(100e6 / 8), 1000)
+        # MXHOROVOD_LINK_SLEEP_US fixes the pause; the rate is still measured.
+        _core.reset_link_pace(0)
+        _core.note_link_allreduce(mib64, 2, 0.56)
+        assert _core.link_pace() == (pytest.approx(mib64 / 0.56), 0)
     finally:
         _core.reset_link_pace()
 

@@ -294,9 +294,8 @@ void BackgroundLoop(StartArgs args) {
   policy.warn_after_s = cfg.stall.enabled ? cfg.stall.check_s + cfg.cycle_time_ms / 1000 : 0;
   policy.transfer_base_s = cfg.transfer_timeout_s;
   policy.transfer_min_mbits = cfg.transfer_min_mbits;
-  policy.link_sleep_us = cfg.link_sleep_us;
   SetWaitPolicy(policy);
-  ResetLinkPace();  // a new job (init after shutdown) measures its own links
+  ResetLinkPace(cfg.link_sleep_us);  // a new job (init after shutdown) measures its own links
   LogDebug(std::string("doorbell: ") +
            (OpenDoorbell(comm, hc.local, cfg.doorbell)
                 ? "every rank of the job can wake every other"

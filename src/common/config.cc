@@ -90,8 +90,12 @@ Config Config::FromEnv() {
                                 "set MXHOROVOD_TRANSFER_TIMEOUT_SECONDS=0)");
   }
   {
-    // Microseconds; a fraction rounds up (0.5 is a pause, not 0: no pause at all).
-    const double us = EnvNumber("MXHOROVOD_LINK_SLEEP_US", c.link_sleep_us);
+    // Microseconds; a fraction rounds up (0.5 is a pause, not 0: no pause at all). "auto"
+    // (any case), like unset: sized from the link's rate.
+    const char* v = std::getenv("MXHOROVOD_LINK_SLEEP_US");
+    std::string word = v ? v : "";
+    for (auto& ch : word) ch = (char)std::tolower((unsigned char)ch);
+    const double us = word == "auto" ? -1 : EnvNumber("MXHOROVOD_LINK_SLEEP_US", c.link_sleep_us);
     if (us > 100000) {
       throw std::invalid_argument("MXHOROVOD_LINK_SLEEP_US='" +
                                   std::string(std::getenv("MXHOROVOD_LINK_SLEEP_US")) +

@@ -263,8 +263,10 @@ Status MPIHierarchicalBackend::AllreduceBuffers(const std::vector<void*>& bufs,
     wait(&bcast[k], kBcast);
   }
   for (; result.ok() && closed < slices; ++closed) pieces.Close(closed, done);
-  if (result.ok() && cross) {
-    // The call's time measures the link's rate (link_pace.h): only the local roots wait on it.
+  if (result.ok() && hosts_ > 1) {
+    // The call's time measures the link's rate (link_pace.h), on every rank of the host: the
+    // others end with the local root's broadcast, and wait between hosts in broadcast and
+    // allgather.
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - started;
     NoteLinkAllreduce(count * esize, hosts_, took.count());
   }

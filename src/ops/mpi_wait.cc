@@ -315,8 +315,8 @@ class TimerSlack {
 };
 
 // A data call between hosts (LinkWait): tests back to back for data_busy_us, then sleeps
-// between tests where link.pause (link_sleep_us if set, else the pause sized from the link's
-// rate, link_pace.h; 0 or no pause: yields the core between tests). Past the bound,
+// between tests where link.pause (LinkPauseUs: MXHOROVOD_LINK_SLEEP_US if set, else sized
+// from the link's rate; 0 or no pause: yields the core between tests). Past the bound,
 // ends the job. The doorbell is rung as in WaitRequest (the ranks of this host in the same
 // call may be asleep on it).
 Status WaitLink(MPI_Request* req, const char* what, const LinkWait& link) {
@@ -325,9 +325,7 @@ Status WaitLink(MPI_Request* req, const char* what, const LinkWait& link) {
   const Clock::time_point start = Clock::now();
   const double bound = TransferBoundSeconds(link.bytes);
   const Clock::time_point busy_until = start + std::chrono::microseconds(g_policy.data_busy_us);
-  const long pause_us = !link.pause                ? 0
-                        : g_policy.link_sleep_us >= 0 ? g_policy.link_sleep_us
-                                                      : LinkPauseUs();
+  const long pause_us = link.pause ? LinkPauseUs() : 0;
   SlowWaitReport slow(what, g_policy.warn_after_s);
   EndedPeerCheck ended(what);
   bool ring = true;

@@ -49,16 +49,13 @@ struct WaitPolicy {
   // and MXHOROVOD_TRANSFER_MIN_MBITS.
   double transfer_base_s = 30;
   double transfer_min_mbits = 100;
-  // The pause between tests of a wait between hosts (LinkWait), after data_busy_us of
-  // tests back to back; 0: the wait yields its core between tests and never sleeps; -1
-  // (MXHOROVOD_LINK_SLEEP_US unset): sized from the link's measured rate (link_pace.h).
-  int link_sleep_us = -1;
+  // (The pause between tests of a wait between hosts is link_pace.h's LinkPauseUs.)
 };
 
 // A data call over a communicator that spans hosts. MPI moves bytes over TCP only while
 // some call of this process drives its progress: the wait tests back to back for
 // data_busy_us, then, where `pause` is set, sleeps between tests (the time the link takes
-// to move 20 KB, link_pace.h, well within the socket buffers; or link_sleep_us where set),
+// to move 20 KB, link_pace.h, well within the socket buffers; or MXHOROVOD_LINK_SLEEP_US),
 // else yields its core between tests. It never sleeps on the doorbell or for the growing pauses of WaitRequest (a 64
 // MiB allreduce on 2 hosts x 2 ranks at 1 Gbit/s took 1391 ms with them against 649 with
 // MPI's blocking call). A wait that yielded instead of sleeping moved an allreduce's bytes
@@ -71,7 +68,7 @@ struct WaitPolicy {
 struct LinkWait {
   int64_t bytes = 0;  // the most this host sends over its link during the call
   std::string peers;  // the host(s) the call exchanges bytes with, "h2" or "h2, h3"
-  bool pause = true;  // sleep link_sleep_us between tests (else yield)
+  bool pause = true;  // sleep LinkPauseUs() between tests (else yield)
 };
 
 // What a wait is for: kSmall is a message of at most a few KiB that MPI sends eagerly

@@ -347,5 +347,6 @@ PYBIND11_MODULE(_core, m) {
         "pause between tests of a wait between hosts it gives, in microseconds)");
   m.def("note_link_allreduce", &NoteLinkAllreduce, py::arg("bytes"), py::arg("hosts"),
         py::arg("seconds"), "tests: one measurement of the link pace (no job running)");
-  m.def("reset_link_pace", &ResetLinkPace, "tests: forget the link pace (no job running)");
+  m.def("reset_link_pace", &ResetLinkPace, py::arg("fixed_us") = -1,
+        "tests: forget the link pace, and fix the pause (>= 0) or not (-1) (no job running)");
 }
