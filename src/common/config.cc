@@ -26,11 +26,17 @@ double EnvNumber(const char* name, double fallback) {
   return d;
 }
 
+// `v` in lower case ("" for null).
+static std::string LowerCase(const char* v) {
+  std::string s = v ? v : "";
+  for (auto& c : s) c = (char)std::tolower((unsigned char)c);
+  return s;
+}
+
 bool EnvBool(const char* name, bool fallback) {
   const char* v = std::getenv(name);
   if (!v || !*v) return fallback;
-  std::string s(v);
-  for (auto& c : s) c = (char)std::tolower((unsigned char)c);
+  const std::string s = LowerCase(v);
   if (s == "1" || s == "true" || s == "yes" || s == "on") return true;
   if (s == "0" || s == "false" || s == "no" || s == "off") return false;
   throw std::invalid_argument(std::string(name) + "='" + v + "' is not a boolean (1 or 0)");
@@ -92,10 +98,9 @@ Config Config::FromEnv() {
   {
     // Microseconds; a fraction rounds up (0.5 is a pause, not 0: no pause at all). "auto"
     // (any case), like unset: sized from the link's rate.
-    const char* v = std::getenv("MXHOROVOD_LINK_SLEEP_US");
-    std::string word = v ? v : "";
-    for (auto& ch : word) ch = (char)std::tolower((unsigned char)ch);
-    const double us = word == "auto" ? -1 : EnvNumber("MXHOROVOD_LINK_SLEEP_US", c.link_sleep_us);
+    const double us = LowerCase(std::getenv("MXHOROVOD_LINK_SLEEP_US")) == "auto"
+                          ? -1
+                          : EnvNumber("MXHOROVOD_LINK_SLEEP_US", c.link_sleep_us);
     if (us > 100000) {
       throw std::invalid_argument("MXHOROVOD_LINK_SLEEP_US='" +
                                   std::string(std::getenv("MXHOROVOD_LINK_SLEEP_US")) +

@@ -14,7 +14,6 @@ namespace {
 // Bytes per second; 0 until the first measurement. Written by the background thread only;
 // atomic because logs and tests may read it from other threads.
 std::atomic<double> g_rate{0};
-std::atomic<long> g_pause_us{kFirstPauseUs};
 std::atomic<long> g_fixed_us{-1};  // MXHOROVOD_LINK_SLEEP_US; -1: sized from the rate
 long g_logged_pause_us = -1;
 
@@ -38,7 +37,6 @@ void NoteLinkAllreduce(int64_t bytes, int hosts, double seconds) {
   const double now = old <= 0 || r > old ? r : 0.75 * old + 0.25 * r;
   g_rate.store(now);
   const long pause = PauseFor(now);
-  g_pause_us.store(pause);
   if (g_logged_pause_us < 0 || std::abs(pause - g_logged_pause_us) * 4 > g_logged_pause_us) {
     g_logged_pause_us = pause;
     const long fixed = g_fixed_us.load();
@@ -59,14 +57,13 @@ void NoteLinkAllreduce(int64_t bytes, int hosts, double seconds) {
 
 long LinkPauseUs() {
   const long fixed = g_fixed_us.load(std::memory_order_relaxed);
-  return fixed >= 0 ? fixed : g_pause_us.load(std::memory_order_relaxed);
+  return fixed >= 0 ? fixed : PauseFor(g_rate.load(std::memory_order_relaxed));
 }
 
 double LinkRateEstimate() { return g_rate.load(); }
 
 void ResetLinkPace(long fixed_us) {
   g_rate.store(0);
-  g_pause_us.store(kFirstPauseUs);
   g_fixed_us.store(fixed_us < 0 ? -1 : fixed_us);
   g_logged_pause_us = -1;
 }
