@@ -10,6 +10,8 @@ import signal
 import subprocess
 import sys
 
+import hang_report
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKERS = os.path.join(HERE, "workers")
 REPO = os.path.dirname(HERE)
@@ -79,10 +81,13 @@ def run_ranks(np, script, args=(), timeout=180, env=None, expect_ok=True, prefix
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        # mpirun and every rank share the new session: kill them all, never leave a rank.
+        # What every process waited in, then kill them all (mpirun and every rank share
+        # the new session): never leave a rank.
+        stacks = hang_report.report(proc.pid)
         os.killpg(proc.pid, signal.SIGKILL)
         out, _ = proc.communicate()
-        raise AssertionError("timed out after %ss: %s\n%s" % (timeout, " ".join(cmd), out[-6000:]))
+        raise AssertionError("timed out after %ss: %s\n%s\nthe job's processes when it "
+                             "timed out:\n%s" % (timeout, " ".join(cmd), out[-6000:], stacks))
     proc.stdout = out
     if expect_ok:
         assert proc.returncode == 0, "exit %d\n%s" % (proc.returncode, proc.stdout[-8000:])
