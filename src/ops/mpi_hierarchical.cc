@@ -48,7 +48,8 @@ MPIHierarchicalBackend::MPIHierarchicalBackend(MPIBackend* flat, MPI_Comm local,
   }
 }
 
-Status MPIHierarchicalBackend::RingAcross(char* p, int n, int esize, MPI_Datatype type, MPI_Op op) {
+Status MPIHierarchicalBackend::RingAcross(char* p, int n, int esize, MPI_Datatype type, MPI_Op op,
+                                          const std::function<void()>& during) {
   constexpr int kTag = 0x4d58;
   const int h = cross_size_, r = cross_rank_;
   const int right = (r + 1) % h, left = (r + h - 1) % h;
@@ -73,6 +74,9 @@ Status MPIHierarchicalBackend::RingAcross(char* p, int n, int esize, MPI_Datatyp
                          "MPI_Isend (hierarchical allreduce, ring across hosts)");
       from_left.bytes = (int64_t)rn * esize;
       to_right.bytes = (int64_t)sn * esize;
+      // The kernel's socket buffers keep the link busy while `during` copies (MPI is not
+      // driven meanwhile); the first step's wait then drives what is left.
+      if (phase == 0 && s == 0 && s2.ok() && during) during();
       auto w1 = WaitRequest(&reqs[0], "MPI_Irecv (hierarchical allreduce, ring across hosts)",
                             WaitFor::kData, &from_left);
       if (s2.ok()) {
@@ -224,7 +228,11 @@ Status MPIHierarchicalBackend::AllreduceBuffers(const std::vector<void*>& bufs,
   // started is waited for, and nothing is copied back.
   int64_t closed = 0;  // slices [0, closed) have left the pipeline
   for (int64_t t = 0; t < slices + 2 && result.ok(); ++t) {
-    if (t < slices) {
+    const int64_t k1 = t - 1, k2 = t - 2;
+    // Step t's work on other slices than k1: it runs inside k1's ring, while the ring's
+    // first transfers are on the wire, else before and after k1's start across.
+    auto open_next = [&]() {
+      if (t >= slices || !result.ok()) return;
       char* p = pieces.Open(t);
       if (local) {
         // Local rank 0 reduces in place; the others only send (no receive buffer).
@@ -232,20 +240,9 @@ Status MPIHierarchicalBackend::AllreduceBuffers(const std::vector<void*>& bufs,
                           local_, &reduce[t]),
               kReduce);
       }
-    }
-    const int64_t k1 = t - 1, k2 = t - 2;
-    if (k1 >= 0 && k1 < slices && result.ok()) {
-      wait(&reduce[k1], kReduce);
-      if (cross && cross_size_ > 2 && result.ok()) {
-        // The ring runs here; its waits drive the calls within the host meanwhile.
-        auto s = RingAcross(at(k1), n_of(k1), esize, type, mpi_op);
-        if (result.ok()) result = s;
-      } else if (cross && result.ok()) {
-        start(MPI_Iallreduce(MPI_IN_PLACE, at(k1), n_of(k1), type, mpi_op, cross_, &across[k1]),
-              kAcross);
-      }
-    }
-    if (k2 >= 0 && result.ok()) {
+    };
+    auto finish_earlier = [&]() {
+      if (k2 < 0 || !result.ok()) return;
       wait(&across[k2], kAcross);
       if (fold && root && result.ok()) ScaleBuffer(at(k2), n_of(k2), dtype, scale);
       if (local && result.ok()) {
@@ -255,7 +252,33 @@ Status MPIHierarchicalBackend::AllreduceBuffers(const std::vector<void*>& bufs,
         wait(&bcast[k2 - 1], kBcast);
         if (result.ok()) pieces.Close(closed++, done);
       }
+    };
+    const bool ring = cross && cross_size_ > 2 && k1 >= 0 && k1 < slices;
+    if (!ring) open_next();
+    if (k1 >= 0 && k1 < slices && result.ok()) {
+      wait(&reduce[k1], kReduce);
+      if (ring && result.ok()) {
+        // The ring runs here; its waits drive the calls within the host meanwhile. Every
+        // rank of the host still starts its calls on local_ in the same order: reduce t,
+        // then broadcast t-2.
+        bool ran = false;
+        auto s = RingAcross(at(k1), n_of(k1), esize, type, mpi_op, [&]() {
+          ran = true;
+          open_next();
+          finish_earlier();
+        });
+        if (result.ok()) result = s;
+        if (!ran && result.ok()) {
+          open_next();
+          finish_earlier();
+        }
+        continue;
+      } else if (cross && result.ok()) {
+        start(MPI_Iallreduce(MPI_IN_PLACE, at(k1), n_of(k1), type, mpi_op, cross_, &across[k1]),
+              kAcross);
+      }
     }
+    finish_earlier();
   }
   for (int64_t k = 0; k < slices; ++k) {
     wait(&reduce[k], kReduce);

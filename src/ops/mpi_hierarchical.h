@@ -13,6 +13,7 @@
 
 #include <mpi.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -52,7 +53,11 @@ class MPIHierarchicalBackend : public MPIAllreduceOverlay {
   // ring on MPI point-to-point calls (reduce-scatter, then allgather), so that each host
   // sends 2(h-1)/h of the bytes, the least any allreduce can; MPICH's own allreduce for 3
   // ranks sent twice the payload from one host. Each wait names the peer host it waits on.
-  Status RingAcross(char* p, int n, int esize, MPI_Datatype type, MPI_Op op);
+  // `during` (may be empty) runs once, while the first step's transfers are under way:
+  // the pipeline's copies and scaling of other slices, which the link waited for when
+  // they ran between rings (ResNet-50 on 3 x 1 rank: about 3.5 ms per 6 MiB slice).
+  Status RingAcross(char* p, int n, int esize, MPI_Datatype type, MPI_Op op,
+                    const std::function<void()>& during);
   MPI_Comm local_, cross_;
   int local_rank_ = 0, local_size_ = 1, cross_size_ = 1, cross_rank_ = 0;
   int hosts_ = 1;  // the job's hosts: local rank 0's cross_size_, known on every rank
