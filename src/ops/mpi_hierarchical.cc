@@ -48,9 +48,13 @@ MPIHierarchicalBackend::MPIHierarchicalBackend(MPIBackend* flat, MPI_Comm local,
   }
 }
 
+namespace {
+constexpr int kRingTag = 0x4d58;
+constexpr int kPokeTag = 0x4d59;  // never sent: MPI_Iprobe for it only drives progress
+}  // namespace
+
 Status MPIHierarchicalBackend::RingAcross(char* p, int n, int esize, MPI_Datatype type, MPI_Op op,
                                           const std::function<void()>& during) {
-  constexpr int kTag = 0x4d58;
   const int h = cross_size_, r = cross_rank_;
   const int right = (r + 1) % h, left = (r + h - 1) % h;
   auto off = [&](int b) { return (int64_t)n * b / h; };  // block b: [off(b), off(b + 1))
@@ -67,10 +71,10 @@ Status MPIHierarchicalBackend::RingAcross(char* p, int n, int esize, MPI_Datatyp
       const int sn = (int)(off(sb + 1) - off(sb)), rn = (int)(off(rb + 1) - off(rb));
       char* into = phase == 0 ? ring_tmp_.data() : p + off(rb) * esize;
       MPI_Request reqs[2];
-      auto s1 = CheckMPI(MPI_Irecv(into, rn, type, left, kTag, cross_, &reqs[0]),
+      auto s1 = CheckMPI(MPI_Irecv(into, rn, type, left, kRingTag, cross_, &reqs[0]),
                          "MPI_Irecv (hierarchical allreduce, ring across hosts)");
       if (!s1.ok()) return s1;
-      auto s2 = CheckMPI(MPI_Isend(p + off(sb) * esize, sn, type, right, kTag, cross_, &reqs[1]),
+      auto s2 = CheckMPI(MPI_Isend(p + off(sb) * esize, sn, type, right, kRingTag, cross_, &reqs[1]),
                          "MPI_Isend (hierarchical allreduce, ring across hosts)");
       from_left.bytes = (int64_t)rn * esize;
       to_right.bytes = (int64_t)sn * esize;
@@ -107,6 +111,7 @@ namespace {
 // staging slot (k % kSlots) filled from the buffers; Close(k) copies a staged slice back.
 class Pieces {
  public:
+  static constexpr int64_t kPokeBytes = 256 << 10;  // 2 ms at 1 Gbit/s
   static constexpr int kSlots = 4;  // slices in the pipeline at once: t, t-1, t-2, t-3
   Pieces(const std::vector<void*>& bufs, const std::vector<int64_t>& counts, int esize,
          int64_t per_call, std::vector<char>* staging)
@@ -129,6 +134,9 @@ class Pieces {
     return slot.at;
   }
   char* at(int64_t k) const { return slots_[k % kSlots].at; }
+  // Called between chunks of kPokeBytes of every copy while set (may be null): inside a
+  // ring step, it drives MPI so the transfers on the wire go on while a slice is copied.
+  void set_poke(const std::function<void()>* poke) { poke_ = poke; }
   // Slice k leaves the pipeline (slices leave in order); done(i) for each buffer whose
   // last element it holds (empty buffers with the first slice at or after them).
   void Close(int64_t k, const BufferDone& done) {
@@ -151,10 +159,15 @@ class Pieces {
     concat_.Walk(begin, begin + n(k), [&](size_t i, int64_t off, int64_t count) {
       char* in_buf = (char*)bufs_[i] + off * esize_;
       char* in_slice = slice + (concat_.start(i) + off - begin) * esize_;
-      if (pack) {
-        std::memcpy(in_slice, in_buf, (size_t)count * esize_);
-      } else {
-        std::memcpy(in_buf, in_slice, (size_t)count * esize_);
+      const int64_t bytes = count * esize_;
+      for (int64_t at = 0; at < bytes; at += kPokeBytes) {
+        const size_t n = (size_t)std::min<int64_t>(kPokeBytes, bytes - at);
+        if (pack) {
+          std::memcpy(in_slice + at, in_buf + at, n);
+        } else {
+          std::memcpy(in_buf + at, in_slice + at, n);
+        }
+        if (poke_ != nullptr) (*poke_)();
       }
     });
   }
@@ -165,6 +178,7 @@ class Pieces {
   std::vector<char>* staging_;
   Slot slots_[kSlots];
   size_t next_done_ = 0;  // buffers [0, next_done_) reported done
+  const std::function<void()>* poke_ = nullptr;
 };
 
 }  // namespace
@@ -226,6 +240,16 @@ Status MPIHierarchicalBackend::AllreduceBuffers(const std::vector<void*>& bufs,
   // `local_` in the same order (reduce t, then broadcast t-2) whatever completes when, as
   // MPI requires of nonblocking collectives. After an error nothing new starts; what
   // started is waited for, and nothing is copied back.
+  // Drives MPI's progress (a probe for a message never sent), so that a ring step's
+  // transfers go on while the work between its start and its wait copies or scales.
+  const std::function<void()> poke = [this]() {
+    int flag = 0;
+    MPI_Iprobe(MPI_ANY_SOURCE, kPokeTag, cross_, &flag, MPI_STATUS_IGNORE);
+  };
+  bool in_ring = false;
+  auto poke_if_ring = [&]() {
+    if (in_ring) poke();
+  };
   int64_t closed = 0;  // slices [0, closed) have left the pipeline
   for (int64_t t = 0; t < slices + 2 && result.ok(); ++t) {
     const int64_t k1 = t - 1, k2 = t - 2;
@@ -244,7 +268,13 @@ Status MPIHierarchicalBackend::AllreduceBuffers(const std::vector<void*>& bufs,
     auto finish_earlier = [&]() {
       if (k2 < 0 || !result.ok()) return;
       wait(&across[k2], kAcross);
-      if (fold && root && result.ok()) ScaleBuffer(at(k2), n_of(k2), dtype, scale);
+      if (fold && root && result.ok()) {
+        const int64_t chunk = std::max<int64_t>(1, Pieces::kPokeBytes / esize);
+        for (int64_t i = 0; i < n_of(k2); i += chunk) {
+          ScaleBuffer(at(k2) + i * esize, std::min<int64_t>(chunk, n_of(k2) - i), dtype, scale);
+          poke_if_ring();
+        }
+      }
       if (local && result.ok()) {
         start(MPI_Ibcast(at(k2), n_of(k2), type, 0, local_, &bcast[k2]), kBcast);
       }
@@ -264,8 +294,12 @@ Status MPIHierarchicalBackend::AllreduceBuffers(const std::vector<void*>& bufs,
         bool ran = false;
         auto s = RingAcross(at(k1), n_of(k1), esize, type, mpi_op, [&]() {
           ran = true;
+          in_ring = true;
+          pieces.set_poke(&poke);
           open_next();
           finish_earlier();
+          pieces.set_poke(nullptr);
+          in_ring = false;
         });
         if (result.ok()) result = s;
         if (!ran && result.ok()) {
