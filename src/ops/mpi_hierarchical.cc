@@ -78,8 +78,8 @@ Status MPIHierarchicalBackend::RingAcross(char* p, int n, int esize, MPI_Datatyp
                          "MPI_Isend (hierarchical allreduce, ring across hosts)");
       from_left.bytes = (int64_t)rn * esize;
       to_right.bytes = (int64_t)sn * esize;
-      // The kernel's socket buffers keep the link busy while `during` copies (MPI is not
-      // driven meanwhile); the first step's wait then drives what is left.
+      // `during` drives MPI between its chunks of work (AllreduceBuffers' poke); the first
+      // step's wait then drives what is left.
       if (phase == 0 && s == 0 && s2.ok() && during) during();
       auto w1 = WaitRequest(&reqs[0], "MPI_Irecv (hierarchical allreduce, ring across hosts)",
                             WaitFor::kData, &from_left);
@@ -291,9 +291,8 @@ Status MPIHierarchicalBackend::AllreduceBuffers(const std::vector<void*>& bufs,
         // The ring runs here; its waits drive the calls within the host meanwhile. Every
         // rank of the host still starts its calls on local_ in the same order: reduce t,
         // then broadcast t-2.
-        bool ran = false;
+        // (A ring that returns OK has run it: it fails only where a transfer failed.)
         auto s = RingAcross(at(k1), n_of(k1), esize, type, mpi_op, [&]() {
-          ran = true;
           in_ring = true;
           pieces.set_poke(&poke);
           open_next();
@@ -302,10 +301,6 @@ Status MPIHierarchicalBackend::AllreduceBuffers(const std::vector<void*>& bufs,
           in_ring = false;
         });
         if (result.ok()) result = s;
-        if (!ran && result.ok()) {
-          open_next();
-          finish_earlier();
-        }
         continue;
       } else if (cross && result.ok()) {
         start(MPI_Iallreduce(MPI_IN_PLACE, at(k1), n_of(k1), type, mpi_op, cross_, &across[k1]),

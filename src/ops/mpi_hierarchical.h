@@ -55,7 +55,8 @@ class MPIHierarchicalBackend : public MPIAllreduceOverlay {
   // ranks sent twice the payload from one host. Each wait names the peer host it waits on.
   // `during` (may be empty) runs once, while the first step's transfers are under way:
   // the pipeline's copies and scaling of other slices, which the link waited for when
-  // they ran between rings (ResNet-50 on 3 x 1 rank: about 3.5 ms per 6 MiB slice).
+  // they ran between rings (ResNet-50 on 3 x 1 rank: about 3.5 ms per 6 MiB slice). It
+  // should drive MPI between its chunks of work (an MPI_Iprobe), or the link may idle.
   Status RingAcross(char* p, int n, int esize, MPI_Datatype type, MPI_Op op,
                     const std::function<void()>& during);
   MPI_Comm local_, cross_;
