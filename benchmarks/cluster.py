@@ -168,6 +168,16 @@ def eth0_sent():
         return -1
 
 
+def machine_busy_s():
+    """CPU seconds this machine's cores have been busy since boot (/proc/stat: user, nice,
+    system, irq, softirq, steal), every process and the kernel's own work: on namespace
+    hosts, both hosts' TCP stacks and the veths run on the same cores as the ranks."""
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:]]
+    busy = sum(fields[:3]) + sum(fields[5:8])  # skip idle and iowait
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
 class Job:
     """One rank's view: its communicator, its host, and the per-host byte counters."""
 
@@ -193,6 +203,11 @@ class Job:
         t, sent, cpu = self.rows([step], reps)
         return t[0], sent[0], cpu[0]
 
+    def machine_cpu(self):
+        """Busy CPU seconds per call of the whole machine for each step of the last
+        rows() call (rank 0's reading: every namespace host shares the machine)."""
+        return self.comm.bcast(self._machine, root=0)
+
     def rows(self, steps, reps):
         """Like row() for several steps, run in turn within each repetition (C, E, T, C,
         E, T, ...: a drift of the machine's speed reaches each alike). Returns lists: time
@@ -203,14 +218,17 @@ class Job:
         times = [[] for _ in steps]
         sent = [dict() for _ in steps]
         cpu = [0.0 for _ in steps]
+        self._machine = [0.0 for _ in steps]
         for _ in range(reps):
             for i, step in enumerate(steps):
                 self.comm.Barrier()
                 before = self.sent()
                 self.comm.Barrier()
+                m0 = machine_busy_s()
                 c0, t0 = time.process_time(), time.perf_counter()
                 step()
                 t1, c1 = time.perf_counter(), time.process_time()
+                self._machine[i] += (machine_busy_s() - m0) / reps
                 times[i].append(self.comm.allreduce(t1 - t0, op=self.MPI.MAX))
                 cpu[i] += self.comm.allreduce(c1 - c0, op=self.MPI.MAX) / reps
                 after = self.sent()
@@ -277,7 +295,8 @@ def worker(args):
         nbytes = payload_bytes(payload)
         t, sent, cpu = job.row(mpi4py_step(job, nbytes), args.reps)
         rows.append({"row": "mpi4py Allreduce", "payload": payload, "bytes": nbytes,
-                     "time_s": t, "sent": sent, "cpu_s": cpu})
+                     "time_s": t, "sent": sent, "cpu_s": cpu,
+                     "machine_cpu_s": job.machine_cpu()[0]})
     modes = [(m, False) for m in args.modes] if args.impl == "mxhorovod" else \
         [("flat", False), ("hierarchical", False)]
     if args.fp16 and args.impl == "mxhorovod":
@@ -296,7 +315,8 @@ def worker(args):
             # float16 on the wire: half the payload's bytes must cross.
             rows.append({"row": name, "payload": payload,
                          "bytes": payload_bytes(payload) // (2 if fp16 else 1),
-                         "time_s": t, "sent": sent, "cpu_s": cpu})
+                         "time_s": t, "sent": sent, "cpu_s": cpu,
+                         "machine_cpu_s": job.machine_cpu()[0]})
         hvd.shutdown()
     if args.train and args.impl == "mxhorovod":
         rows += train_rows(job, hvd, mx, args)
@@ -337,6 +357,7 @@ def train_rows(job, hvd, mx, args):
         mx.nd.waitall()
     names = ("train compute C", "train exchange E", "train step T")
     times, sent, cpu = job.rows([step(plain), exchange, step(dist)], args.reps)
+    machine = job.machine_cpu()
     # The overlap the gradient order allows (overlap_bound.py), from a timeline of 3 more
     # steps (rank 0 writes it; the other ranks' calls do nothing).
     path = os.path.join(tempfile.mkdtemp(prefix="cluster_tl"), "steps.json")
@@ -357,15 +378,24 @@ def train_rows(job, hvd, mx, args):
         shutil.rmtree(os.path.dirname(path), ignore_errors=True)
     hvd.shutdown()
     out = [{"row": name, "payload": "resnet50", "bytes": payload_bytes("resnet50"),
-            "time_s": t, "sent": s, "cpu_s": c, "batch": args.batch}
-           for name, t, s, c in zip(names, times, sent, cpu)]
+            "time_s": t, "sent": s, "cpu_s": c, "machine_cpu_s": m, "batch": args.batch}
+           for name, t, s, c, m in zip(names, times, sent, cpu, machine)]
     # T - C from the pairs of one repetition (run one after the other): a drift of the
     # machine's speed between repetitions cancels out.
     c, e, t = (r["time_s"]["all"] for r in out)
     hidden = 1 - statistics.median(ti - ci for ci, ti in zip(c, t)) / statistics.median(e)
+    # Where the ranks keep every core computing, the exchange's own CPU (all of the
+    # machine's busy time while it runs alone, the kernel's network path included) comes
+    # out of backward's: T >= C + machine CPU of E / cores, so the overlap is at most
+    # 1 - that / E. None where cores are left over.
+    cores = os.cpu_count() or 1
+    cpu_bound = None
+    if job.comm.size >= cores:
+        cpu_bound = 1 - machine[1] / cores / statistics.median(e)
     for r in out:
         r["overlap"] = hidden
         r["overlap_bound"] = bound
+        r["overlap_cpu_bound"] = cpu_bound
     return out
 
 
@@ -486,19 +516,22 @@ def report(res):
     print("\n%s: %d hosts x %d ranks, each host's eth0 capped at %s; median (min..max) ms; "
           "ratio = median / TCP floor's median; sent = MiB each host sent per call "
           "(must be >= %.2f x payload); cpu = CPU seconds per call of a rank's threads "
-          "(the most of any rank)" % (res["setting"], res["hosts"], res["ranks_per_host"],
+          "(the most of any rank); machine = of every core (the kernel's network path "
+          "included)" % (res["setting"], res["hosts"], res["ranks_per_host"],
                                             res["rate"], 2.0 * (res["hosts"] - 1) / res["hosts"]))
-    print("%-26s %-10s %28s %7s  %-24s %-6s %s" % ("row", "payload", "ms", "ratio", "sent MiB",
-                                                    "counts", "cpu s"))
+    print("%-26s %-10s %28s %7s  %-24s %-6s %-5s %s" % (
+        "row", "payload", "ms", "ratio", "sent MiB", "counts", "cpu s", "machine s"))
     for payload, f in res["floors"].items():
-        print("%-26s %-10s %28s %7.2f  %-24s %-6s %s" % ("tcp floor", payload, fmt(f), 1.0, "-",
-                                                         "-", "-"))
+        print("%-26s %-10s %28s %7.2f  %-24s %-6s %-5s %s" % ("tcp floor", payload, fmt(f), 1.0,
+                                                              "-", "-", "-", "-"))
     for r in res["rows"]:
         sent = " ".join("%.1f" % (r["sent"][hh] / MiB) for hh in sorted(r["sent"]))
-        print("%-26s %-10s %28s %7s  %-24s %-6s %.2f" % (
+        machine = r.get("machine_cpu_s")
+        print("%-26s %-10s %28s %7s  %-24s %-6s %-5.2f %s" % (
             r["row"], r["payload"], fmt(r["time_s"]),
             "-" if r["ratio"] is None else "%.2f" % r["ratio"], sent,
-            "-" if r["counts"] is None else "yes" if r["counts"] else "NO", r["cpu_s"]))
+            "-" if r["counts"] is None else "yes" if r["counts"] else "NO", r["cpu_s"],
+            "-" if machine is None else "%.2f" % machine))
     ov = [r for r in res["rows"] if "overlap" in r]
     if ov:
         print("training (ResNet-50 v1, batch %d per rank): overlap 1 - (T - C) / E = %.2f "
@@ -508,6 +541,13 @@ def report(res):
             print("the gradient order allows at most %.2f (each gradient sent at E's rate "
                   "from when every rank has it, one after another: overlap_bound.py)"
                   % ov[0]["overlap_bound"])
+        if ov[0].get("overlap_cpu_bound") is not None:
+            e = [r for r in ov if r["row"] == "train exchange E"][0]
+            print("this machine's CPU allows at most %.2f: E alone keeps its %d cores busy "
+                  "%.2f CPU s per call (the ranks' threads %.2f s at most per rank, the rest "
+                  "the kernel's network path), which every core computing in T must give up"
+                  % (ov[0]["overlap_cpu_bound"], os.cpu_count() or 1, e["machine_cpu_s"],
+                     e["cpu_s"]))
     for e in res["errors"]:
         print("error: " + e)
 

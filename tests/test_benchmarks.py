@@ -281,6 +281,7 @@ def test_cluster_quick():
         assert sorted(r["sent"]) == ["h1", "h2"]
         assert r["counts"] == all(v >= r["bytes"] for v in r["sent"].values()), r
         assert r["counts"], r  # every byte of the other host's share crossed the veths
+        assert r["machine_cpu_s"] >= 0, r
 
 
 def test_overlap_bound_of_the_gradient_order():
