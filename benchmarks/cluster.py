@@ -199,26 +199,22 @@ class Job:
 
     def row(self, step, reps):
         """Warm-up, then ``reps`` timed calls of ``step`` (all ranks start together);
-        returns (time stats, {host: bytes sent per call}, CPU seconds per call)."""
-        t, sent, cpu = self.rows([step], reps)
-        return t[0], sent[0], cpu[0]
-
-    def machine_cpu(self):
-        """Busy CPU seconds per call of the whole machine for each step of the last
-        rows() call (rank 0's reading: every namespace host shares the machine)."""
-        return self.comm.bcast(self._machine, root=0)
+        returns (time stats, {host: bytes sent per call}, CPU seconds per call, the
+        machine's busy CPU seconds per call)."""
+        return tuple(x[0] for x in self.rows([step], reps))
 
     def rows(self, steps, reps):
         """Like row() for several steps, run in turn within each repetition (C, E, T, C,
         E, T, ...: a drift of the machine's speed reaches each alike). Returns lists: time
-        stats, {host: bytes sent per call} and CPU seconds per call (this process's threads,
-        the most of any rank) of each step."""
+        stats, {host: bytes sent per call}, CPU seconds per call (this process's threads,
+        the most of any rank) and the machine's busy CPU seconds per call (rank 0's
+        reading: every namespace host shares the machine) of each step."""
         for step in steps:
             step()
         times = [[] for _ in steps]
         sent = [dict() for _ in steps]
         cpu = [0.0 for _ in steps]
-        self._machine = [0.0 for _ in steps]
+        machine = [0.0 for _ in steps]
         for _ in range(reps):
             for i, step in enumerate(steps):
                 self.comm.Barrier()
@@ -228,13 +224,13 @@ class Job:
                 c0, t0 = time.process_time(), time.perf_counter()
                 step()
                 t1, c1 = time.perf_counter(), time.process_time()
-                self._machine[i] += (machine_busy_s() - m0) / reps
+                machine[i] += (machine_busy_s() - m0) / reps
                 times[i].append(self.comm.allreduce(t1 - t0, op=self.MPI.MAX))
                 cpu[i] += self.comm.allreduce(c1 - c0, op=self.MPI.MAX) / reps
                 after = self.sent()
                 for h in after:
                     sent[i][h] = sent[i].get(h, 0) + (after[h] - before[h]) / reps
-        return [stats(t) for t in times], sent, cpu
+        return [stats(t) for t in times], sent, cpu, self.comm.bcast(machine, root=0)
 
 
 def mpi4py_step(job, nbytes):
@@ -293,10 +289,9 @@ def worker(args):
     rows = []
     for payload in args.payloads:
         nbytes = payload_bytes(payload)
-        t, sent, cpu = job.row(mpi4py_step(job, nbytes), args.reps)
+        t, sent, cpu, machine = job.row(mpi4py_step(job, nbytes), args.reps)
         rows.append({"row": "mpi4py Allreduce", "payload": payload, "bytes": nbytes,
-                     "time_s": t, "sent": sent, "cpu_s": cpu,
-                     "machine_cpu_s": job.machine_cpu()[0]})
+                     "time_s": t, "sent": sent, "cpu_s": cpu, "machine_cpu_s": machine})
     modes = [(m, False) for m in args.modes] if args.impl == "mxhorovod" else \
         [("flat", False), ("hierarchical", False)]
     if args.fp16 and args.impl == "mxhorovod":
@@ -310,13 +305,12 @@ def worker(args):
         for payload in args.payloads:
             if fp16 and not payload.startswith("resnet50"):
                 continue
-            t, sent, cpu = job.row(hvd_steps(hvd, mx, payload, nets, fp16), args.reps)
+            t, sent, cpu, machine = job.row(hvd_steps(hvd, mx, payload, nets, fp16), args.reps)
             name = ("horovod " if args.impl == "horovod" else "") + mode + (" fp16" if fp16 else "")
             # float16 on the wire: half the payload's bytes must cross.
             rows.append({"row": name, "payload": payload,
                          "bytes": payload_bytes(payload) // (2 if fp16 else 1),
-                         "time_s": t, "sent": sent, "cpu_s": cpu,
-                         "machine_cpu_s": job.machine_cpu()[0]})
+                         "time_s": t, "sent": sent, "cpu_s": cpu, "machine_cpu_s": machine})
         hvd.shutdown()
     if args.train and args.impl == "mxhorovod":
         rows += train_rows(job, hvd, mx, args)
@@ -356,8 +350,7 @@ def train_rows(job, hvd, mx, args):
         dist.allreduce_grads()
         mx.nd.waitall()
     names = ("train compute C", "train exchange E", "train step T")
-    times, sent, cpu = job.rows([step(plain), exchange, step(dist)], args.reps)
-    machine = job.machine_cpu()
+    times, sent, cpu, machine = job.rows([step(plain), exchange, step(dist)], args.reps)
     # The overlap the gradient order allows (overlap_bound.py), from a timeline of 3 more
     # steps (rank 0 writes it; the other ranks' calls do nothing).
     path = os.path.join(tempfile.mkdtemp(prefix="cluster_tl"), "steps.json")

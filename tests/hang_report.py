@@ -3,7 +3,8 @@
 A multi-rank test that times out is killed (tests/mpirun.py); without this its message
 said only "timed out", and a rare hang in CI could not be told apart from a slow run. The
 report names each process of the job (the launcher and every process below it), its
-state and, per thread, the kernel function it waits in; with gdb on the machine, the native stack of every thread.
+state and, per thread, the kernel function it waits in; with gdb on the machine, the
+native stack of every thread.
 """
 import os
 import shutil
@@ -24,13 +25,11 @@ def descendants(pid):
         except OSError:
             continue
         children.setdefault(int(fields[1]), []).append(int(name))
-    found, todo = [], [pid]
-    while todo:
-        p = todo.pop(0)
-        if p == pid and not os.path.exists("/proc/%d" % pid):
-            continue
-        found.append(p)
-        todo += sorted(children.get(p, []))
+    if not os.path.exists("/proc/%d" % pid):
+        return []
+    found = [pid]
+    for p in found:  # grows as it goes: breadth first
+        found += sorted(children.get(p, []))
     return found
 
 

@@ -81,8 +81,8 @@ def run_ranks(np, script, args=(), timeout=180, env=None, expect_ok=True, prefix
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        # What every process waited in, then kill them all (mpirun and every rank share
-        # the new session): never leave a rank.
+        # What every process waited in, then kill mpirun's process group: hydra's proxy,
+        # in a session of its own, ends every rank when mpirun dies. Never leave a rank.
         stacks = hang_report.report(proc.pid)
         os.killpg(proc.pid, signal.SIGKILL)
         out, _ = proc.communicate()

@@ -74,8 +74,9 @@ Status MPIHierarchicalBackend::RingAcross(char* p, int n, int esize, MPI_Datatyp
       auto s1 = CheckMPI(MPI_Irecv(into, rn, type, left, kRingTag, cross_, &reqs[0]),
                          "MPI_Irecv (hierarchical allreduce, ring across hosts)");
       if (!s1.ok()) return s1;
-      auto s2 = CheckMPI(MPI_Isend(p + off(sb) * esize, sn, type, right, kRingTag, cross_, &reqs[1]),
-                         "MPI_Isend (hierarchical allreduce, ring across hosts)");
+      auto s2 = CheckMPI(
+          MPI_Isend(p + off(sb) * esize, sn, type, right, kRingTag, cross_, &reqs[1]),
+          "MPI_Isend (hierarchical allreduce, ring across hosts)");
       from_left.bytes = (int64_t)rn * esize;
       to_right.bytes = (int64_t)sn * esize;
       // `during` drives MPI between its chunks of work (AllreduceBuffers' poke); the first
@@ -113,9 +114,12 @@ class Pieces {
  public:
   static constexpr int64_t kPokeBytes = 256 << 10;  // 2 ms at 1 Gbit/s
   static constexpr int kSlots = 4;  // slices in the pipeline at once: t, t-1, t-2, t-3
+  // `poke` is called between chunks of kPokeBytes of every copy: inside a ring step, it
+  // drives MPI so the transfers on the wire go on while a slice is copied.
   Pieces(const std::vector<void*>& bufs, const std::vector<int64_t>& counts, int esize,
-         int64_t per_call, std::vector<char>* staging)
-      : bufs_(bufs), concat_(counts), esize_(esize), per_call_(per_call), staging_(staging) {}
+         int64_t per_call, std::vector<char>* staging, const std::function<void()>& poke)
+      : bufs_(bufs), concat_(counts), esize_(esize), per_call_(per_call), staging_(staging),
+        poke_(poke) {}
   int64_t count() const { return concat_.total(); }
   int64_t slices() const { return (count() + per_call_ - 1) / per_call_; }
   int n(int64_t k) const { return (int)std::min(per_call_, count() - k * per_call_); }
@@ -134,9 +138,6 @@ class Pieces {
     return slot.at;
   }
   char* at(int64_t k) const { return slots_[k % kSlots].at; }
-  // Called between chunks of kPokeBytes of every copy while set (may be null): inside a
-  // ring step, it drives MPI so the transfers on the wire go on while a slice is copied.
-  void set_poke(const std::function<void()>* poke) { poke_ = poke; }
   // Slice k leaves the pipeline (slices leave in order); done(i) for each buffer whose
   // last element it holds (empty buffers with the first slice at or after them).
   void Close(int64_t k, const BufferDone& done) {
@@ -167,7 +168,7 @@ class Pieces {
         } else {
           std::memcpy(in_buf + at, in_slice + at, n);
         }
-        if (poke_ != nullptr) (*poke_)();
+        poke_();
       }
     });
   }
@@ -178,7 +179,7 @@ class Pieces {
   std::vector<char>* staging_;
   Slot slots_[kSlots];
   size_t next_done_ = 0;  // buffers [0, next_done_) reported done
-  const std::function<void()>* poke_ = nullptr;
+  const std::function<void()>& poke_;
 };
 
 }  // namespace
@@ -205,7 +206,16 @@ Status MPIHierarchicalBackend::AllreduceBuffers(const std::vector<void*>& bufs,
   const int64_t per_call = std::max<int64_t>(1, std::min<int64_t>(slice, 1ll << 30) / esize);
   const MPI_Datatype type = flat_->Type(dtype);
   const MPI_Op mpi_op = flat_->Op(dtype, op);  // Average sums; the executor divides by size
-  Pieces pieces(bufs, counts, esize, per_call, &staging_);
+  // Inside a ring step, drives MPI's progress (a probe for a message never sent), so that
+  // the step's transfers go on while the work between its start and its wait copies or
+  // scales; elsewhere nothing.
+  bool in_ring = false;
+  const std::function<void()> poke = [&]() {
+    if (!in_ring) return;
+    int flag = 0;
+    MPI_Iprobe(MPI_ANY_SOURCE, kPokeTag, cross_, &flag, MPI_STATUS_IGNORE);
+  };
+  Pieces pieces(bufs, counts, esize, per_call, &staging_, poke);
   const int64_t count = pieces.count();
   const int64_t slices = pieces.slices();
   const bool root = local_rank_ == 0;
@@ -240,16 +250,6 @@ Status MPIHierarchicalBackend::AllreduceBuffers(const std::vector<void*>& bufs,
   // `local_` in the same order (reduce t, then broadcast t-2) whatever completes when, as
   // MPI requires of nonblocking collectives. After an error nothing new starts; what
   // started is waited for, and nothing is copied back.
-  // Drives MPI's progress (a probe for a message never sent), so that a ring step's
-  // transfers go on while the work between its start and its wait copies or scales.
-  const std::function<void()> poke = [this]() {
-    int flag = 0;
-    MPI_Iprobe(MPI_ANY_SOURCE, kPokeTag, cross_, &flag, MPI_STATUS_IGNORE);
-  };
-  bool in_ring = false;
-  auto poke_if_ring = [&]() {
-    if (in_ring) poke();
-  };
   int64_t closed = 0;  // slices [0, closed) have left the pipeline
   for (int64_t t = 0; t < slices + 2 && result.ok(); ++t) {
     const int64_t k1 = t - 1, k2 = t - 2;
@@ -272,7 +272,7 @@ Status MPIHierarchicalBackend::AllreduceBuffers(const std::vector<void*>& bufs,
         const int64_t chunk = std::max<int64_t>(1, Pieces::kPokeBytes / esize);
         for (int64_t i = 0; i < n_of(k2); i += chunk) {
           ScaleBuffer(at(k2) + i * esize, std::min<int64_t>(chunk, n_of(k2) - i), dtype, scale);
-          poke_if_ring();
+          poke();
         }
       }
       if (local && result.ok()) {
@@ -294,10 +294,8 @@ Status MPIHierarchicalBackend::AllreduceBuffers(const std::vector<void*>& bufs,
         // (A ring that returns OK has run it: it fails only where a transfer failed.)
         auto s = RingAcross(at(k1), n_of(k1), esize, type, mpi_op, [&]() {
           in_ring = true;
-          pieces.set_poke(&poke);
           open_next();
           finish_earlier();
-          pieces.set_poke(nullptr);
           in_ring = false;
         });
         if (result.ok()) result = s;
