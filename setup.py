@@ -4,7 +4,7 @@ It compiles against MXNet's headers (from the mxnet package in the build environ
 pip's build isolation fills from pyproject.toml's build requirements) and an MPICH-ABI MPI
 (the mpich wheel of the build environment, else ``mpicxx`` on PATH, or the one
 ``MXHOROVOD_MPICXX`` names). The module names libmxnet and libmpi by SONAME only and carries
-no path of the build environment: at import, mxhorovod/binding.py loads the user's libmxnet
+no path of the build environment: at import, mxhorovod/common/binding.py loads the user's libmxnet
 (by importing mxnet) and libmpi first. One wheel serves every node and every mxnet 1.9.x
 distribution.
 
@@ -36,9 +36,9 @@ def fail(msg):
 
 
 def _elf():
-    """mxhorovod/elf.py, loaded by path (the package itself needs mxnet to import)."""
+    """mxhorovod/common/elf.py, loaded by path (the package itself needs mxnet to import)."""
     spec = importlib.util.spec_from_file_location("_mxhorovod_elf",
-                                                  os.path.join(HERE, "mxhorovod", "elf.py"))
+                                                  os.path.join(HERE, "mxhorovod", "common", "elf.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -188,7 +188,7 @@ class build_ext(_setuptools_build_ext):
             ext.include_dirs += [pybind11.get_include(), mx_inc] + mpi_inc
             ext.library_dirs += [mpi_libdir]
             # libmxnet.so, linked by path, is NEEDED by its SONAME (libmxnet.so); no rpath:
-            # the import of mxnet loads it first (mxhorovod/binding.py), and so for libmpi.
+            # the import of mxnet loads it first (mxhorovod/common/binding.py), and so for libmpi.
             ext.extra_link_args += [mx_lib]
             # shown by `mxhorovodrun --check-build` (mxhorovod._core.MXNET_VERSION)
             ext.define_macros += [("MXHOROVOD_MXNET_VERSION", '"%s"' % mx_version)]

@@ -4,7 +4,7 @@
          [--settings 2x2@1gbit,3x1@1gbit,2x2@200mbit,3x1@200mbit] [--reps 3]
          [--payloads 64MiB,resnet50] [--horovod-python PY] [--quick]
 
-As root. For each setting HxP@RATE: builds H hosts (tests/netns_hosts.py), caps what each
+As root. For each setting HxP@RATE: builds H hosts (devtools/mxhorovod_devtools/netns_hosts.py), caps what each
 host sends on its eth0 at RATE (``tc tbf rate RATE burst 256kb latency 50ms``), and runs:
 
 - **tcp floor**: plain TCP (Python sockets, one process per host) moving the bytes each
@@ -138,7 +138,6 @@ def payload_bytes(name):
     first K gradient shapes)."""
     if name.lower().endswith("mib"):
         return int(float(name[:-3]) * MiB)
-    sys.path.insert(0, HERE)
     import common
     shapes = [s for _, s in common.resnet50_gradient_shapes(conv_biases=True)]
     if name.startswith("resnet50-"):
@@ -253,7 +252,6 @@ def hvd_steps(hvd, mx, payload, nets, fp16=False):
             hvd.allreduce_(x, op=hvd.Sum, name="cluster.%s" % payload).wait_to_read()
         return step
     if payload.startswith("resnet50-"):
-        sys.path.insert(0, HERE)
         import common
         shapes = [s for _, s in common.resnet50_gradient_shapes(conv_biases=True)]
         arrays = [mx.nd.ones(s) for s in shapes[:int(payload.split("-")[1])]]
@@ -275,7 +273,6 @@ def hvd_steps(hvd, mx, payload, nets, fp16=False):
 
 def worker(args):
     import mxnet as mx
-    sys.path.insert(0, HERE)
     import common
     job = Job()
     hvd = common.load_hvd(args.impl)
@@ -432,7 +429,6 @@ def tcp_floor(hosts, nbytes, reps):
 
 
 def run_job(hosts, setting, args, python, impl):
-    sys.path.insert(0, os.path.join(ROOT, "tests"))
     env = dict(os.environ, **hosts.network_env(within_host_tcp=False))
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("MXNET_CPU_WORKER_NTHREADS", "1")
@@ -466,7 +462,7 @@ def fmt(s):
 
 
 def run_setting(setting, args):
-    from netns_hosts import NetnsHosts
+    from mxhorovod_devtools.netns_hosts import NetnsHosts
     h = setting["hosts"]
     share = 2.0 * (h - 1) / h
     out = {"setting": setting["name"], "hosts": h, "ranks_per_host": setting["ppn"],
@@ -536,9 +532,7 @@ def report(res):
 
 
 def driver(args):
-    sys.path.insert(0, os.path.join(ROOT, "tests"))
-    from netns_hosts import NetnsUnavailable
-    sys.path.insert(0, HERE)
+    from mxhorovod_devtools.netns_hosts import NetnsUnavailable
     import common
     results = []
     try:

@@ -21,10 +21,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-# The checkout's mxhorovod, not an installed copy (the venv may hold an editable install
-# of another checkout).
-if ROOT not in sys.path:
-    sys.path.insert(1, ROOT)
+EXAMPLES = os.path.join(ROOT, "examples")
 
 RESULT_PREFIX = "BENCH_JSON "
 
@@ -204,12 +201,15 @@ def mpirun_for(python):
 def rank_env(extra=None):
     """The environment for launched processes: one OpenMP and one engine thread per
     process unless already set (ranks share the cores), this checkout first on
-    PYTHONPATH, plus ``extra``."""
+    PYTHONPATH (its mxhorovod, even where the venv's editable install is another
+    checkout's) and its examples/ (scaling.py's ranks build the MNIST example's model),
+    plus ``extra``."""
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("MXNET_CPU_WORKER_NTHREADS", "1")
     env["PYTHONPATH"] = os.pathsep.join(
-        [ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != ROOT])
+        [ROOT, EXAMPLES] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
+                            if p and p not in (ROOT, EXAMPLES)])
     env["PYTHONUNBUFFERED"] = "1"
     if extra:
         env.update(extra)

@@ -13,8 +13,8 @@ check). Figures: median (min..max) seconds; the commit's share of a step when co
 every 1, 5 and 10 steps; the commit file's size.
 
 --recovery: the time from a host's death to training again, on two fake hosts of this
-machine (tests/elastic_hosts.py; root) under mxhorovodrun's elastic driver: a 2x1 job of
-tests/workers/elastic_train.py whose host hb is SIGKILLed; from the kill to the first step
+machine (devtools/mxhorovod_devtools/elastic_hosts.py; root) under mxhorovodrun's elastic driver: a 2x1 job of
+elastic/workers/elastic_train.py whose host hb is SIGKILLed; from the kill to the first step
 of the next job, from the log's timestamps (mpirun's end, the new job's start: MXNet's
 import and hvd.init() on the ranks, the commit's load and sync).
 """
@@ -29,7 +29,6 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path.insert(0, ROOT)
 
 
 def fmt(values):
@@ -85,8 +84,7 @@ def commit_rows(batch, reps):
 
 
 def recovery_rows():
-    sys.path.insert(0, os.path.join(ROOT, "tests"))
-    from elastic_hosts import LocalHosts, unavailable
+    from mxhorovod_devtools.elastic_hosts import LocalHosts, unavailable
     why = unavailable()
     if why:
         print("recovery: skipped (%s)" % why)

@@ -129,7 +129,7 @@ def kernel_rows(args):
 def cast_rows(args):
     import mxnet as mx
     import numpy as np
-    from mxhorovod.compression import _cast
+    from mxhorovod.training.compression import _cast
     rows = []
     for n in args.kernel_sizes:
         f32 = mx.nd.array(np.random.default_rng(1).standard_normal(n), dtype=np.float32)

@@ -4,7 +4,7 @@ network namespaces, with every byte between hosts forced over TCP on the veths.
     sudo OMP_NUM_THREADS=1 .venv/bin/python benchmarks/hierarchical.py [--hosts 2 --ppn 2]
          [--rate 1gbit] [--all-tcp]
 
-As root: builds the hosts (tests/netns_hosts.py), then runs this file under mpirun across
+As root: builds the hosts (devtools/mxhorovod_devtools/netns_hosts.py), then runs this file under mpirun across
 them through the ssh stand-in, with UCX_TLS=tcp,self UCX_NET_DEVICES=eth0: between hosts
 TCP on the veths, within a host MPICH's shared memory, as on a cluster (``--all-tcp`` adds
 MPIR_CVAR_NOLOCAL=1: TCP within a host too, over its loopback). The bytes each host sent
@@ -121,8 +121,7 @@ def worker(args):
 # -- outside: build the hosts and launch -----------------------------------------------------
 
 def driver(args):
-    sys.path.insert(0, os.path.join(ROOT, "tests"))
-    from netns_hosts import NetnsHosts, NetnsUnavailable
+    from mxhorovod_devtools.netns_hosts import NetnsHosts, NetnsUnavailable
     try:
         with NetnsHosts(args.hosts) as hosts:
             if args.rate:

@@ -105,8 +105,7 @@ def build(model, args, impl):
         # that name is horovod.mxnet (the same API); the example's model is unchanged.
         import horovod.mxnet
         sys.modules.setdefault("mxhorovod", horovod.mxnet)
-    sys.path.insert(0, os.path.join(common.ROOT, "examples"))
-    from mxnet_mnist import build_net
+    from mxnet_mnist import build_net  # examples/ is on the ranks' PYTHONPATH (rank_env)
     return build_net(), (1, 28, 28), 10
 
 

@@ -4,7 +4,7 @@
     OMP_NUM_THREADS=1 mpirun -np 3 python examples/collectives.py   (2 or more ranks)
 
 The code between the ``# [name]`` and ``# [end]`` comments is shown in the documentation
-(docs/collectives.md); tests/test_docs.py runs this file on 2 ranks.
+(docs/collectives.md); tests/docs/test_docs.py runs this file on 2 ranks.
 """
 import mxnet as mx
 import numpy as np

@@ -4,7 +4,7 @@
     OMP_NUM_THREADS=1 mpirun -np 2 python examples/gluon_quickstart.py
 
 Every line that differs from a single-process script is marked ``# hvd``. With N ranks it
-trains as one process would on batches N times larger (tests/test_docs.py checks that).
+trains as one process would on batches N times larger (tests/docs/test_docs.py checks that).
 """
 import argparse
 import os

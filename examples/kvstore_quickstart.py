@@ -4,7 +4,7 @@
 
 Importing mxhorovod registers the kvstore. Like MXNet's dist_sync, it sums the gradients
 over the ranks, so ``step()`` takes the global batch size. With N ranks it trains as one
-process would on batches N times larger (tests/test_docs.py checks that).
+process would on batches N times larger (tests/docs/test_docs.py checks that).
 """
 import argparse
 import os

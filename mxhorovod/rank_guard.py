@@ -1,68 +1,23 @@
-"""Run one rank under a guard that names it when it is killed, even by SIGKILL.
+"""Run one rank as the child of a guard that names it when it dies, even by SIGKILL.
 
     mpirun -np 4 python /path/to/mxhorovod/rank_guard.py python train.py --epochs 3
 
-(the path: ``python -c "import os, mxhorovod; print(os.path.dirname(mxhorovod.__file__))"``;
-run it by path, not with ``-m``, so the guard does not import MXNet). ``mxhorovodrun`` puts
-it in front of every rank (as ``python -I -S /path/to/mxhorovod/rank_guard.py ...``).
-
-Why: MPICH's mpirun ends the job when a rank dies, but its banner names a pid, and when it
-has already killed the other ranks it may name one of those instead (seen here for SIGKILL
-and SIGTERM). A process killed by SIGKILL cannot say anything itself. The guard is the
-process mpirun starts; it starts the rank as its child (same environment and file
-descriptors, so MPI starts as usual) and waits for it:
-
-- the rank is killed by a signal: the guard prints
-  ``[1]<error> 2024-05-01 12:00:03.125 mxhorovod: rank 1 (pid 4242 on host) was killed by
-  SIGKILL (signal 9); mpirun ends the job`` and then dies of the same signal, so mpirun sees
-  what it would have seen without the guard;
-- the rank exits: the guard exits with the same code; but when MPI was running in it and it
-  ended without mxhorovod's exit (``os._exit()``, or an end that skips Python's exit
-  handlers), mpirun kills every other rank by SIGKILL, with no word from them, and the job
-  "succeeded" when that code was 0: the guard prints ``[1]<error> ... rank 1 (pid 4242 on
-  host) exited with code 0 while MPI was running in it, without finalizing it ...`` and
-  exits with code 1 instead of 0 (the rank writes its state over byte 0 of an unlinked
-  file, a memfd, named to it as descriptor:device:inode in MXHOROVOD_GUARD_FD, so a rank that
-  starts and stops many times fills nothing: ``I`` when ``hvd.init()`` has started, ``E``
-  after its exit handler finalized MPI, ``A`` before an unhandled exception's MPI_Abort,
-  which reports itself);
-- the command cannot be run (not found, not executable): the guard says so and exits with
-  status 255, as mpirun does when it cannot run the command itself;
-- the guard itself is killed (mpirun's cleanup after another rank died): the kernel kills
-  the rank with it (PR_SET_PDEATHSIG), and nothing is printed for it; a keeper process
-  (below) kills what the rank forked.
-
-What the rank forked (a multiprocessing pool, DataLoader workers, a ``subprocess``) is
-killed when the rank is killed by a signal or the guard is killed, as mpirun kills it without
-the guard: hydra ends a job by SIGKILL to each rank's process group, which is the guard's,
-not the rank's (see below). Before, such a process lived on (a busy pool worker, a
-``sleep`` the rank started), holding the rank's output pipes open, and mpirun, and so the
-job, waited for it: a rank killed mid-job hung the job until the last of them ended. The
-keeper is a fork of the guard, in a process group of its own (hydra's SIGKILL of the
-guard's group does not reach it; the signals forwarded to the rank's group do not either),
-holding no descriptor but the read end of a pipe from the guard: when that pipe ends
-without a word from the guard (the guard was killed), it kills the rank's group by SIGKILL.
-A rank that exits (any code) leaves what it forked running, as without the guard.
-
-Standard input: hydra feeds the launcher's standard input to rank 0 only, and gives every
-other rank a pipe that never ends, so a rank other than 0 that read it (``input()``,
-``sys.stdin.read()``) waited forever and the job never ended. Under hydra
-(HYDI_CONTROL_FD set) the guard gives ranks other than 0 /dev/null instead: they read an
-end of file at once, as under Open MPI (and horovodrun), which feeds rank 0 alone too.
-
-SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to the guard go to the rank's
-process group, once: the rank runs in a process group of its own (it and what it forks), so
-that a launcher that signals the guard's process group (MPICH's hydra does, for a Ctrl-C or
-SIGTERM of mpirun) reaches the rank through the guard alone (in the guard's group the
-rank got such a signal twice, from the launcher and forwarded, and a second SIGINT
-interrupted its KeyboardInterrupt handling). A signal that comes while the rank starts is
-forwarded once it runs; one the guard was started ignoring stays ignored, for the rank too.
-
-The rank number is the launcher's (PMI_RANK, OMPI_COMM_WORLD_RANK, PMIX_RANK or
-SLURM_PROCID). The lines above, but the one of a command that cannot be run, follow
-HOROVOD_LOG_LEVEL (``fatal`` silences them) and HOROVOD_LOG_HIDE_TIME. Standard library
-only; Linux. ``mxhorovodrun`` puts the guard in front of every rank unless given
-``--no-rank-guard`` (or ``MXHOROVOD_RANK_GUARD=0``).
+Run it by path, not with ``-m``: it imports the standard library only (Linux).
+``mxhorovodrun`` puts it in front of every rank unless given ``--no-rank-guard``.
+The guard exits with the rank's exit code.
+A rank killed by a signal is named, and the guard then dies of the same signal.
+A rank that exits with MPI running in it is named, and the guard exits 1, not 0. The rank
+writes its state over byte 0 of a memfd that MXHOROVOD_GUARD_FD names: ``I`` once
+``hvd.init()`` started, ``E`` once it finalized, ``A`` before an MPI_Abort (self-reported).
+A command that cannot be run is named, and the guard exits 255, as mpirun does.
+The rank runs in a process group of its own; the guard forwards SIGINT, SIGTERM, SIGHUP,
+SIGQUIT, SIGUSR1 and SIGUSR2 to it, so hydra's signals reach the rank once.
+If the guard is killed, the rank dies with it (PR_SET_PDEATHSIG), and a keeper (a fork of
+the guard in a group of its own) kills the rank's group; the guard kills that group itself
+when the rank is killed by a signal. A rank that exits leaves what it forked running.
+Under hydra, ranks other than 0 get /dev/null as stdin, not hydra's pipe that never ends.
+Lines name the launcher's rank (PMI_RANK, OMPI_COMM_WORLD_RANK, PMIX_RANK, SLURM_PROCID)
+and follow HOROVOD_LOG_LEVEL and HOROVOD_LOG_HIDE_TIME. Users: docs/running.md.
 """
 import ctypes
 import os

@@ -30,7 +30,8 @@ def check_build_text(environ=None, verbose=False):
     """
     import mxhorovod  # first: its import checks mxnet and MPI and says what is wrong
     import mxnet as mx
-    from mxhorovod import _core, basics, binding
+    import mxhorovod._core as _core
+    from mxhorovod.common import basics, binding
 
     built = getattr(_core, "MXNET_VERSION", None)
     try:

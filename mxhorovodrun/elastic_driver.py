@@ -4,26 +4,22 @@ that the discovery script reports, starting the next job after a host was lost o
     mxhorovodrun -np 4 --min-np 2 --max-np 8 --host-discovery-script ./hosts.sh \\
         python train.py
 
-Each job is an ordinary mxhorovodrun job (hydra; each rank under the rank guard) with
-MXHOROVOD_ELASTIC=1 and the job's generation, id, host-set version and the driver's address
-in its environment (mxhorovodrun/elastic_protocol.py). The driver:
+Each job is an ordinary mxhorovodrun job; its environment holds MXHOROVOD_ELASTIC=1, the
+job's generation, id and host-set version, and the driver's address (elastic_protocol).
+The driver:
 
-- runs the discovery script at start (a failure, or a line that is not ``host`` or
-  ``host:slots``, is an error at once) and then every second while a job runs (failures are
+- runs the discovery script at start (a failure, or a line other than ``host`` or
+  ``host:slots``, is an error at once), then every second while a job runs (failures
   retried; the last good answer stands);
-- starts a job on min(all slots of the usable hosts, --max-np) ranks once at least --min-np
-  slots are there, waiting up to --elastic-timeout seconds (else the job ends, naming the
-  lost hosts and why they were lost);
-- answers rank 0's question at each ``state.commit()``: has the host set changed since this
-  job started? (a TCP service on this host); if so every rank stops at that commit (exit 75)
-  and the next job starts on the new hosts;
-- after a job that failed because a rank was killed (the rank guard's line) or lost a peer
-  (``mxhorovod elastic: peer lost``), or whose host does not answer ssh any more, leaves
-  those hosts out (for good, or for --blacklist-cooldown-range) and starts the next job
-  (at most --reset-limit times); a failure of the script itself (an unhandled exception, a
-  non-zero exit) ends the whole run with that job's status: it would fail again;
+- starts a job on min(usable slots, --max-np) ranks once --min-np slots are there, waiting
+  up to --elastic-timeout seconds (else the run ends, naming the lost hosts and why);
+- answers rank 0 at each ``state.commit()`` whether the host set changed (a TCP service on
+  this host); if so every rank stops there (exit 75) and the next job starts;
+- after a rank was killed or lost a peer, or its host stopped answering ssh, leaves that
+  host out (for good, or for --blacklist-cooldown-range) and starts the next job, at most
+  --reset-limit times; a failure of the script itself ends the run with that job's status;
 - gives each job after the first its own HOROVOD_TIMELINE and HOROVOD_AUTOTUNE_LOG file
-  (elastic_protocol.job_file: ``/tmp/t.json``, then ``/tmp/t.1.json``, ...).
+  (``/tmp/t.json``, then ``/tmp/t.1.json``, ...: elastic_protocol.job_file).
 
 This host, where the driver runs, is the run's single point of failure (as in Horovod).
 """
@@ -45,7 +41,10 @@ from mxhorovodrun.elastic_protocol import (ENV_DRIVER, ENV_ELASTIC, ENV_GENERATI
                                            ENV_HOSTS_VERSION, ENV_JOB_ID, EXIT_HOSTS_UPDATED,
                                            KILLED_RE, PEER_LOST_RE, PER_JOB_FILES,
                                            TRANSFER_TIMEOUT_RE, USER_ERROR_MARKER, job_file)
+from mxhorovodrun.command import prepare
 from mxhorovodrun.hosts import assign_ranks, hosts_text
+from mxhorovodrun.mpi import HYDRA, INTEL_MPI, LaunchError
+from mxhorovodrun.output import run_captured
 from mxhorovodrun.startup import Deadline, check_hosts, remote_hosts
 
 __all__ = ["DiscoveryError", "Discovery", "Blacklist", "run_elastic"]
@@ -322,9 +321,6 @@ class ElasticDriver:
 
     # --- one job ---
     def _run_job(self, assignment, generation):
-        from mxhorovodrun.launch import prepare
-        from mxhorovodrun.output import run_captured
-        from mxhorovodrun.mpi import HYDRA, INTEL_MPI, LaunchError
         np = sum(n for _, n in assignment)
         args = copy.copy(self.args)
         args.hosts, args.hostfile, args.num_proc = hosts_text(assignment), None, np
@@ -462,7 +458,6 @@ class ElasticDriver:
 
 def run_elastic(args, environ=None, popen=subprocess.Popen):
     """Runs the elastic driver for mxhorovodrun's parsed ``args``; returns the exit status."""
-    from mxhorovodrun.mpi import LaunchError
     try:
         return ElasticDriver(args, environ, popen).run()
     except (LaunchError, ValueError, OSError) as e:

@@ -2,20 +2,16 @@
 (mxhorovod/elastic/) agree on: environment variables, exit codes, output markers and the
 host-update question. Standard library only: the launcher imports it without MXNet.
 
-A reset is a new mpirun job: the ranks of the old one end and the driver starts fresh
-processes on the hosts that remain (MPI cannot shrink a running world reliably, and a process
-cannot join one). The driver tells why a job ended from what the ranks printed and how they
-exited:
+A reset is a new mpirun job on the hosts that remain (MPI cannot shrink a running world
+reliably, and a process cannot join one). The driver tells why a job ended:
 
-- every rank exits 0: the training function returned; the job is done;
-- every rank exits :data:`EXIT_HOSTS_UPDATED`: the hosts changed and the ranks agreed, at a
-  commit, to stop (``HostsUpdatedInterrupt``); the driver starts the next job on the new
-  hosts;
-- a rank prints :data:`PEER_LOST_MARKER` (a collective failed because a peer or host was
-  lost) or the rank guard prints that a rank was killed by a signal: the host is left out
-  (blacklisted) and the job starts again on the others;
-- anything else (an unhandled exception of the script: mxhorovod's excepthook prints
-  :data:`USER_ERROR_MARKER`; a non-zero exit): the job ends, with no retry.
+- every rank exits 0: the training function returned; the run is done;
+- every rank exits :data:`EXIT_HOSTS_UPDATED`: the ranks stopped at a commit because the
+  hosts changed (``HostsUpdatedInterrupt``); the next job starts on the new hosts;
+- a rank prints :data:`PEER_LOST_MARKER`, or the rank guard names a rank killed by a
+  signal: that host is left out and the job starts again on the others;
+- anything else (mxhorovod's excepthook prints :data:`USER_ERROR_MARKER`; a non-zero
+  exit): the run ends, with no retry.
 """
 import os
 import re

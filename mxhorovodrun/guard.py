@@ -1,26 +1,14 @@
 """Every rank of mxhorovodrun under mxhorovod/rank_guard.py, unless turned off.
 
-A rank that ends after ``hvd.init()`` without finalizing MPI (``os._exit(0)`` in a script,
-a library that calls ``_exit``) makes MPICH's mpirun kill the other ranks by SIGKILL, which
-prints nothing, and the job exits 0: a failed job reported as a success. The guard, put in
-front of the rank's command, starts the rank as its child and turns that end into exit code
-1 and a line naming the rank (``[1]<error> ... mxhorovod: rank 1 (pid 4242 on host) exited
-with code 0 while MPI was running in it, without finalizing it ...``); it also names a rank
-killed by a signal (SIGKILL included). See rank_guard.py for what it does and what it
-passes through unchanged (exit codes, signals, output, descriptors).
-
 The rank's command becomes ``PYTHON -I -S /path/to/mxhorovod/rank_guard.py COMMAND...``:
-the launcher's own Python and the guard by absolute path, found as the launcher finds
-mxhorovod's version (in the package this Python would import; nothing of it runs here).
-The guard imports the standard library only, never MXNet: ``-I`` keeps the script's
-directory, PYTHON* variables and the user's site off its sys.path (as for the output
-relay), ``-S`` skips ``site`` (the site-packages' .pth files: an editable install's import
-hook cost 20-30 ms of every rank's start here). The rank itself gets the environment
-unchanged. On other hosts (-H, --hostfile) both paths must exist, as the ranks' own Python
-and package paths must. Any command works behind it, not only ``python``.
-
-horovodrun has no such guard; ``--no-rank-guard``, or ``MXHOROVOD_RANK_GUARD=0``, runs the
-command as given.
+the launcher's own Python, and the guard of the mxhorovod package that this Python would
+import, found without importing it.
+``-I`` keeps the script's directory, PYTHON* variables and the user's site off the guard's
+sys.path; ``-S`` skips ``site`` and its .pth files, which slow every rank's start.
+The rank gets the environment unchanged; any command works behind the guard.
+On other hosts (-H, --hostfile) both paths must exist, as the ranks' own paths must.
+``--no-rank-guard``, or ``MXHOROVOD_RANK_GUARD=0``, runs the command as given.
+rank_guard.py says what the guard does.
 """
 import importlib.util
 import os

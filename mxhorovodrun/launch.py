@@ -13,90 +13,16 @@ import sys
 import tempfile
 
 from mxhorovodrun.args import parse_args
-from mxhorovodrun.cores import usable_cores
-from mxhorovodrun.guard import guarded_command
-from mxhorovodrun.hosts import assign_ranks, parse_hostfile, parse_hosts
-from mxhorovodrun.mpi import (HYDRA, INTEL_MPI, LaunchError, detect, find_mpirun,
-                              mpirun_command)
-from mxhorovodrun.output import (capture_patterns, relay_command, remove_when_gone,
-                                 run_captured)
-from mxhorovodrun.settings import UNUSED_FLAGS, horovod_env, omp_threads
+from mxhorovodrun.check_build import check_build_text
+from mxhorovodrun.command import captures_output, hosts_of, prepare
+from mxhorovodrun.elastic_driver import run_elastic
+from mxhorovodrun.mpi import LaunchError
+from mxhorovodrun.output import relay_command, remove_when_gone, run_captured
 from mxhorovodrun.startup import DEFAULT_START_TIMEOUT, Deadline, check_hosts
 
 __all__ = ["prepare", "package_version", "main", "run_commandline"]
 
 log = logging.getLogger("mxhorovodrun")
-
-
-def _hosts(args):
-    """[(host, slots), ...] of -H or --hostfile, or None for this host (ValueError if bad)."""
-    return parse_hosts(args.hosts) if args.hosts else \
-        parse_hostfile(args.hostfile) if args.hostfile else None
-
-
-def captures_output(mpi):
-    """Whether the launcher relays the ranks' output itself: under hydra and Intel MPI,
-    always. Their -l tags each chunk a rank writes, not each line, so under
-    PYTHONUNBUFFERED=1 (a print is two writes) the ranks' lines came out cut and run
-    together (``[0] loss 0.5[1] loss 0.6``); the relay prints whole lines, as horovodrun
-    does, and also gives --output-filename and --prefix-output-with-timestamp. Open MPI
-    tags lines and does both itself."""
-    return mpi.flavour in (HYDRA, INTEL_MPI)
-
-
-def prepare(args, environ=None, python=None, cores=None, capture_dir=None, timeout=None):
-    """What to run for the parsed ``args``: (mpi, argv, env, notes).
-
-    ``env`` is ``environ`` (default os.environ) plus the HOROVOD_* variables of the flags,
-    the -x variables, OMP_NUM_THREADS = ``cores`` (default: this process's usable cores) //
-    the most ranks any host runs, when not already set, and what the MPI needs (hydra's
-    ssh arguments). Each rank's command runs behind mxhorovod/rank_guard.py, by ``python``
-    (default sys.executable), unless ``args.rank_guard`` is False (see
-    :mod:`mxhorovodrun.guard`). ``notes`` are warnings for the user. When
-    :func:`captures_output`, argv sends the ranks' output to the pipes of ``capture_dir``
-    (default: a new temporary directory, the caller's to remove). ``timeout``: seconds for
-    ``mpirun --version`` (default 60).
-
-    Raises:
-        LaunchError: no usable mpirun (see :func:`mxhorovodrun.mpi.find_mpirun`), or no
-            rank guard to put in front of the ranks.
-        ValueError: bad hosts or host file, or more processes than slots.
-    """
-    env = dict(os.environ if environ is None else environ)
-    hosts = _hosts(args)
-    per_host = max(n for _, n in assign_ranks(hosts, args.num_proc)) if hosts else args.num_proc
-    env.update(horovod_env(args))
-    for item in args.env:
-        name, eq, value = item.partition("=")
-        if eq:
-            env[name] = value
-    if not env.get("OMP_NUM_THREADS"):
-        # Ranks of one host share its cores; MXNet's OpenMP would otherwise start one thread
-        # per core in every rank. Hosts are assumed to have this host's cores.
-        env["OMP_NUM_THREADS"] = str(omp_threads(cores or usable_cores(), per_host))
-    notes = [text for flag, text in sorted(UNUSED_FLAGS.items())
-             if getattr(args, flag) is not None and getattr(args, flag) is not False]
-    path = find_mpirun(env, python)
-    mpi = detect(path) if timeout is None else detect(path, timeout=timeout)
-    extra = shlex.split(args.mpi_args) if args.mpi_args else []
-    capture = None
-    if captures_output(mpi):
-        capture = capture_patterns(capture_dir or tempfile.mkdtemp(prefix="mxhorovodrun-"))
-    command = list(args.command)
-    if getattr(args, "rank_guard", None) is not False:
-        try:
-            command = guarded_command(command, python or sys.executable)
-        except FileNotFoundError as e:
-            raise LaunchError(str(e)) from None
-    argv, extra_env, more = mpirun_command(
-        mpi, args.num_proc, command, hosts=hosts, ssh_port=args.ssh_port,
-        ssh_identity_file=args.ssh_identity_file, ssh_command=args.ssh_command,
-        nics=args.nics, env=env, extra_args=extra,
-        binding_args=shlex.split(args.binding_args) if args.binding_args else None,
-        tcp=args.tcp_flag, capture=capture, output_filename=args.output_filename,
-        timestamp_output=args.prefix_output_with_timestamp)
-    env.update(extra_env)
-    return mpi, argv, env, notes + more
 
 
 def package_version():
@@ -162,7 +88,6 @@ def main(argv=None, execve=os.execve, popen=None):
             return 1
         return 0
     if args.check_build:  # imports mxhorovod, and so MXNet: only here
-        from mxhorovodrun.check_build import check_build_text
         try:
             print(check_build_text(verbose=args.verbose))
         except ImportError as e:  # mxhorovod's own message: what to install or set
@@ -170,7 +95,6 @@ def main(argv=None, execve=os.execve, popen=None):
             return 1
         return 0
     if args.host_discovery_script:  # elastic training: a driver runs the jobs
-        from mxhorovodrun.elastic_driver import run_elastic
         return run_elastic(args, popen=popen or subprocess.Popen)
     capture_dir = tempfile.mkdtemp(prefix="mxhorovodrun-")  # removed unless captures_output
     # Removes capture_dir once this process, or the relay it becomes, has gone: also after
@@ -188,7 +112,7 @@ def _start(args, deadline, capture_dir, cleanup, execve, popen):
     try:
         mpi, cmd, env, notes = prepare(args, capture_dir=capture_dir, timeout=deadline.left())
         if args.start_timeout:
-            problems = check_hosts(_hosts(args), deadline, ssh_command=args.ssh_command,
+            problems = check_hosts(hosts_of(args), deadline, ssh_command=args.ssh_command,
                                    ssh_port=args.ssh_port,
                                    ssh_identity_file=args.ssh_identity_file, environ=env)
             if problems:

@@ -1,28 +1,18 @@
 """The ranks' output read by the launcher under MPICH's hydra (and Intel MPI's, which is
 hydra too): whole lines on the console, --output-filename and --prefix-output-with-timestamp.
 
-Hydra's -l tags each chunk a rank writes, not each line (under PYTHONUNBUFFERED=1 a print
-is two writes, and two ranks' lines run together), and hydra has neither a per-rank
-directory layout (its -outfile-pattern needs the directories to exist) nor timestamps. So
-mxhorovodrun stays the parent of mpirun and gives it, through -outfile-pattern and
--errfile-pattern, one named pipe per rank and stream in a private temporary directory:
-mpiexec writes each rank's stdout and stderr there (on the launching host, also for ranks on
-other hosts), and the launcher reads them, cuts the bytes into lines, and writes each line
+mpiexec writes each rank's stdout and stderr (ranks on other hosts included) into one named
+pipe per rank and stream (-outfile-pattern, -errfile-pattern), in a private temporary
+directory. The launcher cuts what it reads into lines and writes each line
 
 - to its own stdout or stderr as ``[rank] line`` (what mpirun -l prints), and
 - with --output-filename DIR, to DIR/rank.<rank>/stdout or DIR/rank.<rank>/stderr as the
   rank wrote it (horovodrun's layout; the rank padded with 0s to the width of the largest),
 
-each after ``time.asctime()`` and a space with --prefix-output-with-timestamp. mpirun's own
-messages (hydra's errors) are not the ranks' and go straight to the console, unstamped.
-
-mpirun runs in a session of its own, so that only the launcher gets the terminal's signals
-and hands each on once: a Ctrl-C in the terminal used to reach mpirun twice (from the
-terminal, as a member of the foreground process group, and forwarded by the launcher),
-and hydra takes a second SIGINT as "Press Ctrl-C again to force abort": the ranks were
-killed in the middle of their KeyboardInterrupt handling. It also gets SIGTERM when the
-launcher dies (SIGKILL, the OOM killer): the job ended with an exec'ed mpirun; with mpirun
-as an orphan the ranks ran on to the end, their output lost.
+each after ``time.asctime()`` and a space with --prefix-output-with-timestamp.
+mpirun's own messages (hydra's errors) go straight to the console, unstamped.
+mpirun runs in a session of its own: only the launcher gets the terminal's signals, and it
+hands each on once. mpirun gets SIGTERM when the launcher dies, so the job ends with it.
 """
 import ctypes
 import json

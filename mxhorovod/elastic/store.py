@@ -1,17 +1,13 @@
 """Each host's own copy of the last commit, in a directory that only this host reads.
 
-Every rank holds the same state after a commit (data parallel), so one rank per host (local
-rank 0) writes it: ``<dir>/<job id>/commit-<generation>-<counter>``, written to a temporary
-name and renamed, so a file with that name is always whole (a rank killed while writing
-leaves the previous commit). ``<dir>`` is MXHOROVOD_ELASTIC_COMMIT_DIR, default
-``/dev/shm/mxhorovod-elastic`` (memory: a commit costs a copy, not a disk write), else
-``$TMPDIR/mxhorovod-elastic``. Commits are ordered by (generation, counter): the generation
-is the driver's job number, so a commit made after a reset outranks any older one that a host
-left out of that reset may still hold.
-
-The file: 8 bytes of header length, a pickled header (metadata, and the arrays' dtypes and
-shapes), then each array's raw bytes in order: numpy arrays are written from their own
-memory, with no pickled copy.
+One rank per host (local rank 0) writes ``<dir>/<job id>/commit-<generation>-<counter>``,
+to a temporary name then renamed, so a file of that name is always whole.
+``<dir>`` is MXHOROVOD_ELASTIC_COMMIT_DIR, default ``/dev/shm/mxhorovod-elastic`` (memory),
+or ``$TMPDIR/mxhorovod-elastic`` where /dev/shm is not writable.
+Commits are ordered by (generation, counter); the generation is the driver's job number,
+so a commit made after a reset outranks an older one that a host left out may still hold.
+The file: 8 bytes of header length, a pickled header (metadata, the arrays' dtypes and
+shapes), then each array's raw bytes, written from the numpy array's own memory.
 """
 import io
 import os
@@ -23,7 +19,7 @@ import tempfile
 
 import numpy as np
 
-from mxhorovod.runner.elastic_protocol import ENV_COMMIT_DIR, ENV_JOB_ID
+from mxhorovodrun.elastic_protocol import ENV_COMMIT_DIR, ENV_JOB_ID
 
 __all__ = ["CommitStore", "commit_base_dir"]
 

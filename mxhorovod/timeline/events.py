@@ -86,7 +86,7 @@ def parse(events):
     negotiations = {}
     last_top = {}   # pid -> phase of the last closed negotiation/operation
     # pid -> the current use is an allgather's or alltoall's size exchange: the call's data
-    # collective follows under the same name (mxhorovod.mpi_ops._size_exchange_name) and
+    # collective follows under the same name (mxhorovod.collectives.ops._size_exchange_name) and
     # belongs to the same use, unless the exchange failed.
     exchange = {}
     spans, errors, cycles = [], [], 0

@@ -66,7 +66,7 @@ struct Request {
   // 'x.0' share a name and a length, and made in different orders on different ranks they
   // were paired with each other (each rank got the other call's sum, silently).
   bool grouped = false;
-  // An allgather's or alltoall's size exchange (mxhorovod.mpi_ops._size_exchange_name): it
+  // An allgather's or alltoall's size exchange (mxhorovod.collectives.submit._size_exchange_name): it
   // carries its call's name, before the call's data collective of that name. The response
   // cache keeps the two apart (ResponseCache); the ranks must agree (MessageTable::Build),
   // else their caches would place entries differently.

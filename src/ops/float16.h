@@ -12,7 +12,7 @@
 // always the one quiet NaN 0x7E00 (numpy's float16 nan), whatever the operands' payloads
 // or their order: so every rank of an allreduce holds the same bits.
 //
-// Two implementations give those same bits (tests/test_float16.py checks every float16
+// Two implementations give those same bits (tests/collectives/test_float16.py checks every float16
 // value): a portable one (plain C++, any CPU) and one for x86-64 CPUs with AVX2 and F16C
 // (Haswell and later, every AMD Zen), compiled for those features only in its own functions
 // (no global -mavx2 or -march flag, so one build runs on every x86-64 machine) and chosen

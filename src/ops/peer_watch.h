@@ -4,8 +4,8 @@
 // it: it sees the rank's launcher connection (PMI_FD) close. A process the rank forked
 // (os.fork, multiprocessing with 'fork', a DataLoader worker, a crash reporter) inherits
 // that connection; when the rank dies while such a child lives, the connection stays open
-// and Hydra leaves the other ranks waiting for the dead one forever (tests/workers/
-// exit_with_forked_child.py; CI runs also showed Hydra missing a rank's os._exit or
+// and Hydra leaves the other ranks waiting for the dead one forever (tests/core/workers/
+// failures_exit_with_forked_child.py; CI runs also showed Hydra missing a rank's os._exit or
 // watchdog exit now and then without any child). The ranks of one host see each other's
 // processes in /proc, so a rank waiting in a collective can tell that a peer it waits for is
 // gone and end the job itself (mpi_wait.cc). Ranks of other hosts are not watched.

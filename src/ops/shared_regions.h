@@ -4,7 +4,7 @@
 // reads a peer's buffer that lies in such a region with plain loads through its mapping
 // instead of process_vm_readv, which runs at about a third of memcpy's speed here (4.4
 // against 16 GB/s; docs/benchmark_runs.md, twenty-second run). DistributedTrainer's
-// gradient buckets are allocated here (mxhorovod/buckets.py), and each CMA backend's staging
+// gradient buckets are allocated here (mxhorovod/training/buckets.py), and each CMA backend's staging
 // region (cma_backend.h); arrays MXNet allocates are not.
 #ifndef MXHOROVOD_OPS_SHARED_REGIONS_H_
 #define MXHOROVOD_OPS_SHARED_REGIONS_H_

@@ -1,5 +1,5 @@
 // pybind11 module mxhorovod._core: argument conversion only. NDArray handles arrive as
-// integers (ndarray.handle.value); every failure becomes mxhorovod.errors.
+// integers (ndarray.handle.value); every failure becomes mxhorovod.common.errors.
 // InvalidArgumentError (a ValueError and an MXNetError) whose text names the tensor.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -27,10 +27,10 @@ namespace {
 
 void* H(uintptr_t h) { return reinterpret_cast<void*>(h); }
 
-// Bad input refused at the call: mxhorovod.errors.InvalidArgumentError, a ValueError that
+// Bad input refused at the call: mxhorovod.common.errors.InvalidArgumentError, a ValueError that
 // is also an MXNetError (what Horovod's check_call raises for the same cases).
 [[noreturn]] void ThrowInvalid(const std::string& text) {
-  py::object cls = py::module_::import("mxhorovod.errors").attr("InvalidArgumentError");
+  py::object cls = py::module_::import("mxhorovod.common.errors").attr("InvalidArgumentError");
   PyErr_SetString(cls.ptr(), text.c_str());
   throw py::error_already_set();
 }
