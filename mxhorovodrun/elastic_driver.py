@@ -24,12 +24,14 @@ The driver:
 This host, where the driver runs, is the run's single point of failure (as in Horovod).
 """
 import copy
+import fcntl
 import logging
 import os
 import random
 import re
 import shlex
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -156,8 +158,6 @@ class _HostService(threading.Thread):
 
 
 def _nic_address(nic):
-    import fcntl
-    import struct
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         packed = fcntl.ioctl(s.fileno(), 0x8915,  # SIOCGIFADDR
                              struct.pack("256s", nic.encode()[:15]))

@@ -15,6 +15,7 @@ reliably, and a process cannot join one). The driver tells why a job ended:
 """
 import os
 import re
+import socket
 
 __all__ = ["ENV_ELASTIC", "ENV_GENERATION", "ENV_JOB_ID", "ENV_DRIVER", "ENV_HOSTS_VERSION",
            "ENV_COMMIT_DIR", "EXIT_HOSTS_UPDATED", "EXIT_PEER_LOST", "PEER_LOST_MARKER",
@@ -71,7 +72,6 @@ def ask_hosts_version(address, timeout=5.0):
         OSError: no connection or no answer within ``timeout`` seconds.
         ValueError: an answer that is not a version.
     """
-    import socket
     host, _, port = address.rpartition(":")
     with socket.create_connection((host, int(port)), timeout=timeout) as s:
         s.sendall(b"hosts_version\n")

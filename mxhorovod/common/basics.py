@@ -7,9 +7,11 @@ import atexit
 import logging
 import numbers
 import os
+import signal
 import socket
 import sys
 import threading
+import warnings
 
 import mxhorovod._core as _core
 from mxhorovod.common import failures, launcher_connection, log, naming, state
@@ -152,7 +154,6 @@ def _warn_ignored(comm, ranks, static):
         asked.append("the job keeps its ranks %s of MPI_COMM_WORLD"
                      % (list(naming.session_members()),))
     if asked:
-        import warnings
         warnings.warn("hvd.init() while mxhorovod is running does nothing: %s. Call "
                       "hvd.shutdown() first to start anew with these arguments (or add the "
                       "sets with hvd.add_process_set(), with dynamic process sets on)"
@@ -204,7 +205,6 @@ def _end_by_sigterm_in_multiprocessing_child():
     default action, from the main thread, and in this process: a process it forks dies of
     SIGTERM as before. Python runs the handler between bytecodes: a child inside a long C
     call (a wait on a collective) ends when that call returns, not at once."""
-    import signal
     if _mp_hook_pid != os.getpid() or threading.current_thread() is not threading.main_thread():
         return
     if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:  # the script's (or not Python's)

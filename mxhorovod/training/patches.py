@@ -20,6 +20,9 @@ import functools
 import weakref
 
 import mxnet as mx
+import mxnet.gluon.trainer
+import mxnet.model
+import mxnet.module.module
 
 from mxhorovod.checks.agreement import (agreed_amp_overflow, mixed_freshness,
                                         zero_stale_where_fresh_elsewhere)
@@ -50,9 +53,6 @@ def install_kvstore_alias():
     """Makes MXNet's ``_create_kvstore`` return the 'horovod' kvstore for the name
     'horovod' whatever the number of devices (see the module doc); other names unchanged.
     Idempotent."""
-    import mxnet.gluon.trainer
-    import mxnet.model
-    import mxnet.module.module
     original = mxnet.model._create_kvstore
     if getattr(original, "_mxhorovod_alias", False):
         return

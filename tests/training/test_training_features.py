@@ -57,3 +57,9 @@ def test_scenario(features_job, scenario):
     missing = [r for r, o in outcome.items() if o is None]
     assert not missing, "%s did not end on ranks %s: the job ended first (another scenario " \
         "failed, or it hung); the job's output:\n%s" % (scenario, missing, output[-6000:])
+
+
+def test_the_job_ends_cleanly(features_job):
+    # Every scenario passing is not enough: the ranks must also shut down and exit 0.
+    np_, _, output = features_job
+    assert output.startswith("exit 0\n"), "the %d-rank job:\n%s" % (np_, output[-6000:])

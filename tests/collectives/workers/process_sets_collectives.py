@@ -194,7 +194,7 @@ expect_raise(ValueError, ["not a rank of this job"], hvd.add_process_set, [0, n]
 # Ranks that disagree: every rank gets the error, naming both requests; nothing is added.
 expect_raise(ValueError, ["the ranks disagree", "rank 0 asks for (0,)"], hvd.add_process_set,
              [0] if r == 0 else [r])
-assert [e[0] for e in hvd.mpi_ops._core.process_sets()] == left
+assert [e[0] for e in hvd._core.process_sets()] == left
 # Re-adding a removed set works; the id is new.
 again = hvd.add_process_set(target)
 assert again.process_set_id > pair_id and again.size() == len(target)
@@ -204,7 +204,7 @@ hvd.remove_process_set(again)
 # sets this session lacks (before, silently: the set was 'not registered' at its first
 # collective, although the script had passed it to init()); the same sets again are quiet.
 import warnings  # noqa: E402
-now = [list(e[1]) for e in hvd.mpi_ops._core.process_sets() if e[0] != 0]
+now = [list(e[1]) for e in hvd._core.process_sets() if e[0] != 0]
 late = hvd.ProcessSet(next(c for c in ([k] for k in range(n)) if c not in now))
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
