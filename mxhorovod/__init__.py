@@ -27,10 +27,11 @@ from mxhorovod.training.compression import Compression
 from mxhorovod.training.optimizer import DistributedOptimizer, split_list
 from mxhorovod.training.trainer import DistributedTrainer
 from mxhorovod.training import patches as _patches
-# Horovod's module paths (horovod.mxnet.mpi_ops, .functions, .compression) and the paths
-# that pickles of earlier releases name (optimizer, process_sets): thin faces, kept as
-# attributes too. hvd.elastic is the elastic API.
-from mxhorovod import compression, elastic, functions, mpi_ops, optimizer, process_sets  # noqa: F401,E402
+# Horovod's module paths (horovod.mxnet.mpi_ops, .functions, .compression), the paths that
+# pickles name (optimizer, process_sets) and 0.1.0's errors: thin faces, kept as attributes
+# too (docs/design.md says why each). hvd.elastic is the elastic API.
+from mxhorovod import (compression, elastic, errors, functions, mpi_ops,  # noqa: F401,E402
+                       optimizer, process_sets)
 
 # Every patch of an MXNet class, once: kvstore 'horovod' (mx.kv.create('horovod') and the
 # string in gluon.Trainer), the cross-rank agreement of gluon.Trainer and Module.update,

@@ -1,5 +1,6 @@
-"""The path that trainer states files of earlier releases name: a ``DistributedOptimizer``
-pickled by ``gluon.Trainer.save_states`` records ``mxhorovod.optimizer.DistributedOptimizer``.
-A face, kept so those files load: the code is in :mod:`mxhorovod.training.optimizer`."""
+"""The path that trainer states files name: ``gluon.Trainer.save_states`` pickles a
+``DistributedOptimizer`` as ``mxhorovod.optimizer.DistributedOptimizer`` (0.1.0 did, and
+files written now still do). A face, kept so those files load: the code is in
+:mod:`mxhorovod.training.optimizer`."""
 from mxhorovod.training.optimizer import (__all__, DistributedOptimizer,  # noqa: F401
-                                          split_list)
+                                          allreduce_row_sparse_, split_list)

@@ -8,7 +8,6 @@ import math
 import operator
 import re
 import threading
-import warnings
 
 import mxnet as mx
 from mxnet.base import MXNetError
@@ -19,6 +18,7 @@ from mxhorovod.common.errors import InvalidArgumentError
 from mxhorovod.common.naming import next_number
 from mxhorovod.common.process_sets import global_process_set, set_id, set_size
 from mxhorovod.common.state import topology
+from mxhorovod.common.user_warning import warn_user
 
 __all__ = [
     "Average", "Sum", "Adasum", "Min", "Max", "Product",
@@ -144,8 +144,8 @@ def _resolve_op(op, average, what):
     if op is not None and average is not None:
         raise InvalidArgumentError("The op parameter supersedes average. Please provide only one of them.")
     if average is not None:
-        warnings.warn("Parameter `average` has been replaced with `op` and will be removed "
-                      "in a future release", DeprecationWarning, stacklevel=3)
+        warn_user("Parameter `average` has been replaced with `op` and will be removed "
+                  "in a future release", DeprecationWarning)
         return Average if average else Sum
     if op is None:
         return Average

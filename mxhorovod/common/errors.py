@@ -15,3 +15,5 @@ __all__ = ["InvalidArgumentError"]
 class InvalidArgumentError(ValueError, MXNetError):
     """Bad input refused at a collective's call, before anything was submitted: a
     ``ValueError`` and an ``mxnet.base.MXNetError`` (hence a ``RuntimeError``)."""
+
+    __module__ = "mxhorovod"  # its public name, in tracebacks and pickles: hvd.InvalidArgumentError

@@ -153,6 +153,13 @@ class _GlobalProcessSet(ProcessSet):
 
 global_process_set = _GlobalProcessSet()
 
+# Pickles name module paths. A pickled set names the face mxhorovod.process_sets (the path
+# 0.1.0 wrote and reads), not this module, so files written now load in 0.1.0 and survive
+# moves of this code: unpickle_set pickles as mxhorovod.process_sets._unpickle, and the
+# global set as mxhorovod.process_sets.global_process_set.
+unpickle_set.__module__ = _GlobalProcessSet.__module__ = "mxhorovod.process_sets"
+unpickle_set.__qualname__ = "_unpickle"
+
 
 def set_id(process_set, what):
     """The id to send to the core for ``process_set`` (checked to be a registered set)."""

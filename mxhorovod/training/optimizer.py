@@ -271,3 +271,7 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
 
 DistributedOptimizer._LOCAL = frozenset(vars(DistributedOptimizer)) | frozenset(
     DistributedOptimizer._STATE) | {"_devices"}
+# Trainer states files pickle the wrapper by its module path: the face mxhorovod.optimizer
+# (the path 0.1.0 wrote and reads), not this module, so they load in 0.1.0 and survive
+# moves of this code.
+DistributedOptimizer.__module__ = "mxhorovod.optimizer"

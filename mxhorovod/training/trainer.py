@@ -5,7 +5,6 @@ over ranks of the per-rank gradients, exactly what one process would hold for th
 concatenated batch divided by the number of ranks; ``step(batch_size)`` with the per-rank
 batch size then updates exactly as that one process would with the whole batch.
 """
-import warnings
 
 import mxnet as mx
 import numpy as np
@@ -17,6 +16,7 @@ from mxhorovod.checks.unreduced import mark_reduced, needs_reduction
 from mxhorovod.collectives.ops import Average, allreduce_, grouped_allreduce_
 from mxhorovod.collectives.submit import gradient_reduction
 from mxhorovod.common.naming import next_number
+from mxhorovod.common.user_warning import warn_user
 from mxhorovod.common.process_sets import (check_member, global_process_set, outside, set_id,
                                            set_size)
 from mxhorovod.training.buckets import GradientBuckets
@@ -106,8 +106,8 @@ class DistributedTrainer(mx.gluon.Trainer):
             raise TypeError("DistributedTrainer takes an optimizer (name or "
                             "mx.optimizer.Optimizer), not a Trainer")
         if isinstance(optimizer, DistributedOptimizer):
-            warnings.warn("DistributedTrainer does not take a DistributedOptimizer: it was "
-                          "unwrapped, DistributedTrainer averages the gradients itself.")
+            warn_user("DistributedTrainer does not take a DistributedOptimizer: it was "
+                      "unwrapped, DistributedTrainer averages the gradients itself.")
             optimizer = optimizer._optimizer
         if not isinstance(optimizer, (str, mx.optimizer.Optimizer)):
             raise TypeError("optimizer must be a str or mx.optimizer.Optimizer, got %s"

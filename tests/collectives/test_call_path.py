@@ -1,5 +1,8 @@
 """What allreduce/allreduce_ hand the core for each form of call, and what they refuse
-before it (the core is replaced by a recorder: no init, no MPI)."""
+before it (the core is replaced by a recorder: no init, no MPI); where their warnings point."""
+import os
+import subprocess
+import sys
 import threading
 import warnings
 
@@ -131,3 +134,27 @@ def test_root_rank_and_priority_must_be_integers(monkeypatch, root):
     hvd.broadcast(mx.nd.ones((2,)), np.int64(1), name="ok", priority=np.int32(-3))
     hvd.broadcast_(mx.nd.ones((2,)), True, name="ok_")  # bool is an int (c_int takes it)
     assert [c[2:5] for c in rec.calls] == [("ok", 1, -3), ("ok_", 1, 0)]
+
+
+WARNED = r"""
+import mxnet as mx
+import mxhorovod as hvd
+hvd.init()
+x = mx.nd.ones((3,))
+hvd.allreduce(x, average=True, name="a").wait_to_read()
+net = mx.gluon.nn.Dense(1, in_units=1); net.initialize()
+hvd.DistributedTrainer(net.collect_params(), hvd.DistributedOptimizer(mx.optimizer.SGD()))
+"""
+
+
+def test_warnings_name_the_scripts_line_under_default_filters(tmp_path):
+    # Python shows a DeprecationWarning by default only when attributed to __main__: the
+    # deprecated `average` and the unwrapped optimizer name the script's line, not ours.
+    script = tmp_path / "warned.py"
+    script.write_text(WARNED)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stderr
+    assert "warned.py:6: DeprecationWarning: Parameter `average`" in proc.stderr, proc.stderr
+    assert "warned.py:8: UserWarning: DistributedTrainer does not take a " \
+        "DistributedOptimizer" in proc.stderr, proc.stderr

@@ -135,3 +135,24 @@ def test_every_subpackage_says_what_it_owns():
             if not doc or len(doc.split()) < 8:
                 silent.append(module)
     assert silent == []
+
+
+FACES = ["mxhorovod", "mxhorovod.mpi_ops", "mxhorovod.functions", "mxhorovod.compression",
+         "mxhorovod.optimizer", "mxhorovod.process_sets", "mxhorovod.errors",
+         "mxhorovod.elastic", "mxhorovod.timeline", "mxhorovod.runner"]
+
+
+def test_every_face_star_imports_and_hands_on_the_same_objects():
+    # `from mxhorovod.X import *` must work (each name of __all__ exists), and a name is
+    # the very object hvd has, whichever path a script takes.
+    code = ("import importlib, mxhorovod as hvd\n"
+            "for face in %r:\n"
+            "    exec('from %%s import *' %% face, {})\n"
+            "    module = importlib.import_module(face)\n"
+            "    for name in getattr(module, '__all__', []):\n"
+            "        if hasattr(hvd, name):\n"
+            "            assert getattr(module, name) is getattr(hvd, name), (face, name)\n"
+            "print('FACES OK')" % FACES)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0 and "FACES OK" in proc.stdout, proc.stdout + proc.stderr

@@ -51,3 +51,39 @@ def test_states_and_process_sets_saved_by_the_flat_layout_load():
                           timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert proc.returncode == 0 and "LOADED OK" in proc.stdout, proc.stdout + proc.stderr
 
+
+
+WRITE = r"""
+import pickle, sys
+import mxnet as mx
+import mxhorovod as hvd
+hvd.init()
+net = mx.gluon.nn.Dense(2, in_units=3)
+net.initialize()
+trainer = mx.gluon.Trainer(net.collect_params(), hvd.DistributedOptimizer(mx.optimizer.SGD()),
+                           kvstore=None)
+trainer.save_states(sys.argv[1] + "/now.states")
+with open(sys.argv[1] + "/now.pkl", "wb") as f:
+    pickle.dump([hvd.global_process_set, hvd.ProcessSet([0]),
+                 hvd.InvalidArgumentError("x")], f)
+loaded = pickle.load(open(sys.argv[1] + "/now.pkl", "rb"))
+assert loaded[0] is hvd.global_process_set and loaded[1].ranks == [0], loaded
+assert type(loaded[2]) is hvd.InvalidArgumentError, loaded
+print("WROTE OK")
+"""
+
+
+def test_files_written_now_name_the_stable_paths(tmp_path):
+    # What 0.1.0 reads, and what no later move of the code breaks: the faces' paths (and
+    # the public one of the error), never a module of common/ or training/.
+    proc = subprocess.run([sys.executable, "-c", WRITE, str(tmp_path)], capture_output=True,
+                          text=True, timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0 and "WROTE OK" in proc.stdout, proc.stdout + proc.stderr
+    states = (tmp_path / "now.states").read_bytes()
+    objects = (tmp_path / "now.pkl").read_bytes()
+    assert b"mxhorovod.optimizer" in states and b"DistributedOptimizer" in states, states
+    assert b"mxhorovod.process_sets" in objects and b"_unpickle" in objects, objects
+    assert b"global_process_set" in objects and b"InvalidArgumentError" in objects, objects
+    for raw in (states, objects):
+        for internal in (b"mxhorovod.common", b"mxhorovod.training", b"mxhorovod.collectives"):
+            assert internal not in raw, (internal, raw)
