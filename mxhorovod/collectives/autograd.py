@@ -28,9 +28,8 @@ import numpy as np
 
 from mxhorovod.collectives import submit
 from mxhorovod.collectives.submit import Average, Sum
+from mxhorovod.common.process_sets import set_id, set_size
 from mxhorovod.common.state import topology
-from mxhorovod.common.process_sets import set_id
-from mxhorovod.common.process_sets import set_size
 
 __all__ = ["allreduce", "allgather", "broadcast", "alltoall", "reducescatter"]
 
@@ -131,16 +130,16 @@ def allreduce(tensor, average, name, priority, prescale_factor, postscale_factor
     code = _op_code(op, average)
     if code not in (Sum, Average):
         return submit.allreduce_plain(tensor, None, average, name, priority, prescale_factor,
-                                  postscale_factor, op, process_set, "allreduce")
+                                      postscale_factor, op, process_set, "allreduce")
     name = submit.call_name("allreduce", name, set_id(process_set, "allreduce"))
 
     def run(x):
         return submit.allreduce_plain(x, None, average, name, priority, prescale_factor,
-                                  postscale_factor, op, process_set, "allreduce")
+                                      postscale_factor, op, process_set, "allreduce")
 
     def transpose(dy):
         return submit.allreduce_plain(dy, None, None, name + ".grad", priority, prescale_factor,
-                                  postscale_factor, code, process_set, "allreduce")
+                                      postscale_factor, code, process_set, "allreduce")
     return _Collective(run, transpose, _refusal("allreduce", name, process_set),
                        elementwise=True)(tensor)
 
@@ -160,7 +159,7 @@ def allgather(tensor, name, priority, process_set):
 
     def run(x):
         outputs, rows = submit.grouped_allgather_plain([x], name, priority, process_set,
-                                                   "allgather")
+                                                       "allgather")
         counts = [int(v) for v in rows[:, 0]]
         me = process_set.rank()
         where["rows"] = (sum(counts[:me]), counts[me])
@@ -168,7 +167,7 @@ def allgather(tensor, name, priority, process_set):
 
     def transpose(dy):
         total = submit.allreduce_plain(dy, None, None, name + ".grad", priority, 1.0, 1.0, Sum,
-                                   process_set, "allgather")
+                                       process_set, "allgather")
         start, count = where["rows"]
         return total[start:start + count]
     return _Collective(run, transpose, _refusal("allreduce", name, process_set))(tensor)
@@ -184,7 +183,7 @@ def broadcast(tensor, root_rank, name, priority, process_set):
 
     def transpose(dy):
         total = submit.allreduce_plain(dy, None, None, name + ".grad", priority, 1.0, 1.0, Sum,
-                                   process_set, "broadcast")
+                                       process_set, "broadcast")
         return total if topology()[0] == root_rank else _zeros_like(dy)
     return _Collective(run, transpose, _refusal("allreduce", name, process_set),
                        elementwise=True)(tensor)
@@ -199,14 +198,14 @@ def alltoall(tensor, splits, name, priority, process_set):
 
     def run(x):
         out, recv = submit.alltoall_plain(x, splits if splits is not None else _even(x, process_set),
-                                      name, priority, process_set)
+                                          name, priority, process_set)
         received["splits"] = recv
         received["rows"] = x.shape[0]
         return out
 
     def transpose(dy):
         back, _ = submit.alltoall_plain(dy, received["splits"].asnumpy(), name + ".grad",
-                                    priority, process_set)
+                                        priority, process_set)
         # Rows past sum(splits) were sent nowhere: their gradient is zero.
         return _pad_rows(back, received["rows"])
     out = _Collective(run, transpose,
@@ -255,7 +254,7 @@ def reducescatter(tensor, op, name, priority, process_set, prescale_factor,
         if code == Average:
             scale /= set_size(process_set, "reducescatter")
         gathered = submit.grouped_allgather_plain([dy], name + ".grad", priority, process_set,
-                                              "allgather")[0][0]
+                                                  "allgather")[0][0]
         return gathered * scale if scale != 1.0 else gathered
     return _Collective(run, transpose,
                        _refusal("allgather", name, process_set))(tensor)

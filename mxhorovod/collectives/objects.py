@@ -14,12 +14,11 @@ import mxnet as mx
 import numpy as np
 from mxnet.gluon.parameter import Parameter, ParameterDict
 
+from mxhorovod.collectives import deferred_init
 from mxhorovod.collectives.ops import allgather, broadcast_
 from mxhorovod.common.basics import rank, size
-from mxhorovod.collectives import deferred_init
 from mxhorovod.common.naming import next_number
-from mxhorovod.common.process_sets import set_id
-from mxhorovod.common.process_sets import global_process_set
+from mxhorovod.common.process_sets import global_process_set, set_id
 
 __all__ = ["broadcast_parameters", "broadcast_object", "allgather_object"]
 

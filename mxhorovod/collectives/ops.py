@@ -25,14 +25,6 @@ from mxhorovod.collectives.submit import (  # noqa: F401 (the rest of the public
     broadcast_, broadcast_plain, differentiable, gradient_reduction, grouped_allgather,
     grouped_allreduce, grouped_allreduce_, grouped_reducescatter, recording)
 from mxhorovod.common.process_sets import global_process_set
-# horovod.mxnet.mpi_ops exports the basics and the process-set calls too, and scripts import
-# them from there (`from horovod.mxnet.mpi_ops import init, rank, size`).
-from mxhorovod.common.basics import (  # noqa: F401
-    ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, init,
-    is_initialized, local_rank, local_size, mpi_built, mpi_enabled, mpi_threads_supported,
-    nccl_built, rank, rocm_built, shutdown, size, start_timeline, stop_timeline)
-from mxhorovod.common.process_sets import (  # noqa: F401
-    ProcessSet, add_process_set, remove_process_set)
 
 __all__ = [
     "Average", "Sum", "Adasum", "Min", "Max", "Product",
@@ -76,8 +68,8 @@ def allreduce(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
     if recording() and differentiable(tensor):
         return autograd.allreduce(tensor, average, name, priority, prescale_factor,
                                       postscale_factor, op, process_set)
-    return allreduce_plain(tensor, None, average, name, priority, prescale_factor, postscale_factor,
-                      op, process_set, "allreduce")
+    return allreduce_plain(tensor, None, average, name, priority, prescale_factor,
+                           postscale_factor, op, process_set, "allreduce")
 
 
 def broadcast(tensor, root_rank, name=None, priority=0, process_set=global_process_set):

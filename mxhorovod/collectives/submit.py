@@ -223,8 +223,8 @@ def _empty_like(tensor, shape=None):
     return mx.nd.empty(shape, ctx=tensor.context, dtype=tensor.dtype)
 
 
-def allreduce_plain(tensor, output, average, name, priority, prescale_factor, postscale_factor, op,
-               process_set, what):
+def allreduce_plain(tensor, output, average, name, priority, prescale_factor, postscale_factor,
+                    op, process_set, what):
     """``output``: None for a new array, else ``tensor`` (in place)."""
     pid = set_id(process_set, what)
     name = call_name("allreduce", name, pid)
@@ -251,8 +251,8 @@ def allreduce_(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
     Not recorded by autograd: inside ``autograd.record()`` an array that is part of the
     recorded graph is refused (InvalidArgumentError, as MXNet refuses ``x[:] = ...``
     there); use :func:`allreduce`, which is differentiated."""
-    return allreduce_plain(tensor, tensor, average, name, priority, prescale_factor, postscale_factor,
-                      op, process_set, "allreduce_")
+    return allreduce_plain(tensor, tensor, average, name, priority, prescale_factor,
+                           postscale_factor, op, process_set, "allreduce_")
 
 
 # Ops a call may pass as a plain int, as Horovod's module constants are.

@@ -6,8 +6,7 @@ group collectives (basics, naming, process_sets) all read it; it imports none of
 """
 import mxhorovod._core as _core
 
-__all__ = ["not_initialized", "topology", "set_init_comm", "init_comm", "job_comm",
-           "world_rank"]
+__all__ = ["not_initialized", "topology", "set_init_comm", "job_comm", "world_rank"]
 
 
 def not_initialized(what=None):
@@ -38,11 +37,6 @@ def set_init_comm(comm):
     """Records the ``comm`` of the ``init()`` that starts a session."""
     global _init_comm
     _init_comm = comm
-
-
-def init_comm():
-    """The ``comm`` given to the ``init()`` of this session (None: MPI_COMM_WORLD)."""
-    return _init_comm
 
 
 def world_rank():
