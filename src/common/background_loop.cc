@@ -14,6 +14,7 @@
 #include "executor.h"
 #include "fusion.h"
 #include "host_cores.h"
+#include "job_abort.h"
 #include "logging.h"
 #include "ops/float16.h"
 #include "ops/link_pace.h"
@@ -301,6 +302,11 @@ void BackgroundLoop(StartArgs args) {
                 ? "every rank of the job can wake every other"
                 : "not on every rank of the job (another host, MXHOROVOD_DOORBELL=0, no or a full "
                   "/dev/shm): waits sleep on timers where it is missing"));
+  // Every rank of this host has mapped MPICH's shared memory by now (each passed MPI_Init,
+  // and they met in OpenDoorbell's collectives over hc.local), so its names can go: a job
+  // whose ranks are all SIGKILLed leaves no /dev/shm/mpich_shm_* behind (1-2 MB of RAM each
+  // until a reboot). MPI_Finalize's own unlink then finds no name, which MPICH ignores.
+  ReleaseMPIShmNames();
   WatchLocalPeers(hc.local, topo.rank);  // a wait for a peer that has ended ends the job
   Config live = cfg;  // the autotuner changes it while running
   auto cycle = std::chrono::duration<double, std::milli>(cfg.cycle_time_ms);

@@ -293,4 +293,6 @@ void InstallSignalReports(int rank) {
   }
 }
 
+void ReleaseMPIShmNames() { UnlinkMPIShm(); }
+
 }  // namespace mxhorovod

@@ -28,6 +28,11 @@ bool MPIWorld(int* rank, int* size);
 // Installs the fatal-signal reports for this rank (once per process; later calls only
 // update the rank). Writes nothing when HOROVOD_LOG_LEVEL is above error.
 void InstallSignalReports(int rank);
+// Unlinks the names of MPICH's shared-memory files that this process maps
+// (/dev/shm/mpich_shm_*, read from /proc/self/maps; never another job's). The mappings stay
+// valid; a process that opens the name later finds none. Call it only once every rank of
+// this host has attached. Async-signal-safe.
+void ReleaseMPIShmNames();
 
 }  // namespace mxhorovod
 

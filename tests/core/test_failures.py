@@ -77,6 +77,26 @@ def test_a_job_ended_by_a_dead_rank_leaves_no_mpich_files_in_dev_shm(mode):
     assert not [f for f in files if os.path.exists(f)], (files, out[-2000:])
 
 
+def test_a_job_whose_ranks_are_all_sigkilled_leaves_no_mpich_files_in_dev_shm():
+    # Nothing runs in a SIGKILLed rank, so init() unlinks the names once every rank of the
+    # host has attached (the mappings stay). Only the names a rank maps: another job's file
+    # stays.
+    other = "/dev/shm/mpich_shm_mxhtest%d_0" % os.getpid()
+    with open(other, "wb") as f:
+        f.write(b"another job's segment")
+    try:
+        proc = run_ranks(3, "failures_all_killed_shm.py", timeout=90, expect_ok=False)
+        out = proc.stdout
+        assert proc.returncode != 0 and out.count("WORKER") == 3, out
+        files = _shm_files(out)
+        if not files:
+            pytest.skip("MPI maps no /dev/shm/mpich_shm_* file here (not MPICH, or no shared memory)")
+        assert not [f for f in files if os.path.exists(f)], (files, out[-2000:])
+        assert os.path.exists(other)
+    finally:
+        os.unlink(other)
+
+
 @pytest.mark.parametrize("mode", ["bad", "disagree"])
 def test_a_job_ended_by_a_refused_init_leaves_no_mpich_files_in_dev_shm(mode):
     # init() refuses a setting (unreadable, or different on each rank) after MPI started:

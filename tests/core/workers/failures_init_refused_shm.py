@@ -9,8 +9,8 @@ import sys
 
 
 def _print_shm(exc_type, exc, tb):
-    shm = sorted({line.split()[-1] for line in open("/proc/self/maps")
-                  if "/dev/shm/mpich_shm_" in line})
+    shm = sorted({line.split(None, 5)[5].strip().replace(" (deleted)", "")
+                  for line in open("/proc/self/maps") if "/dev/shm/mpich_shm_" in line})
     print("WORKER SHM %s" % " ".join("<%s>" % f for f in shm), flush=True)
     sys.__excepthook__(exc_type, exc, tb)
 

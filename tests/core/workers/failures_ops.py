@@ -19,7 +19,9 @@ r = hvd.rank()
 print("WORKER %d PID %d" % (r, os.getpid()), flush=True)
 # MPICH's shared-memory files of this job: the test checks that a job ended by MPI_Abort or
 # a rank's death does not leave them in /dev/shm.
-shm = sorted({line.split()[-1] for line in open("/proc/self/maps") if "/dev/shm/mpich_shm_" in line})
+# (init() unlinks their names soon after: a mapping then reads "<path> (deleted)".)
+shm = sorted({line.split(None, 5)[5].strip().replace(" (deleted)", "")
+              for line in open("/proc/self/maps") if "/dev/shm/mpich_shm_" in line})
 print("WORKER %d SHM %s" % (r, " ".join("<%s>" % f for f in shm)), flush=True)
 
 net = gluon.nn.Dense(4, in_units=8)
