@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "logging.h"
+#include "own_file.h"
 
 namespace mxhorovod {
 namespace {
@@ -26,16 +27,16 @@ Autotuner::Autotuner(const Config& cfg, MPI_Comm comm, int rank) : comm_(comm), 
   best_ = current_ = {cfg.fusion_threshold, cfg.cycle_time_ms, cfg.slice_bytes, cfg.zero_copy_bytes};
   const char* path = std::getenv("HOROVOD_AUTOTUNE_LOG");
   if (rank_ == 0 && path && *path) {
-    log_ = std::fopen(path, "w");
+    std::string why;
+    log_ = OpenOwnFileForWriting(path, &why);
     if (log_) {
       std::fprintf(log_, "fusion_threshold_bytes,cycle_time_ms,slice_bytes,zero_copy_bytes,"
                          "score_bytes_per_sec,event\n");
     } else {
       // As HOROVOD_TIMELINE's: a file that cannot be made (a missing directory, a
       // read-only one) was skipped without a word, and the user found no log after the job.
-      const int err = errno;
       LogError(std::string("HOROVOD_AUTOTUNE_LOG: cannot open the autotune log file '") +
-               path + "': " + std::strerror(err) + "; autotuning without a log");
+               path + "': " + why + "; autotuning without a log");
     }
   }
   current_ = Candidate(0, 0);

@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "own_file.h"
+
 namespace mxhorovod {
 namespace {
 
@@ -87,10 +89,10 @@ Status Timeline::Start(const std::string& path, bool mark_cycles) {
     return Status::PreconditionError("a timeline is already being recorded to '" + path_ +
                                      "'; call stop_timeline() first");
   }
-  FILE* f = std::fopen(path.c_str(), "w");
+  std::string why;
+  FILE* f = OpenOwnFileForWriting(path, &why);
   if (!f) {
-    return Status::InvalidArgument("cannot open the timeline file '" + path + "': " +
-                                   std::strerror(errno));
+    return Status::InvalidArgument("cannot open the timeline file '" + path + "': " + why);
   }
   std::fputs("[\n", f);
   file_ = f;

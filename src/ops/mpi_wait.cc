@@ -190,7 +190,8 @@ constexpr time_t kStaleBellSeconds = 60;
 
 // Removes the bell files of dead jobs: the name carries its creator's pid
 // ("mxhorovod-bell-<pid>-XXXXXX"), and a file is removed only when that pid no longer
-// exists (kill(pid, 0) gives ESRCH) and the file is older than kStaleBellSeconds. A live
+// exists (kill(pid, 0) gives ESRCH), the file is older than kStaleBellSeconds, and it is
+// this user's (a regular file, not a link). A live
 // job whose pid is not visible here (another pid namespace sharing /dev/shm) loses at most
 // its doorbell: its ranks that cannot open the file go without one, as on a full /dev/shm.
 void RemoveStaleBells() {
@@ -205,8 +206,9 @@ void RemoveStaleBells() {
     if (pid <= 0 || end == e->d_name + prefix_len || *end != '-') continue;  // not ours
     if (kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;   // alive
     std::string path = std::string(kBellDir) + "/" + e->d_name;
-    struct stat st;
-    if (stat(path.c_str(), &st) != 0 || now - st.st_mtime < kStaleBellSeconds) continue;
+    struct stat st;  // another user's file is theirs to remove (root too leaves it)
+    if (lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+        now - st.st_mtime < kStaleBellSeconds) continue;
     if (unlink(path.c_str()) == 0)
       LogDebug("removed " + path + ", a doorbell file left by the dead process " + std::to_string(pid));
   }

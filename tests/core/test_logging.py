@@ -7,6 +7,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from support.paths import ROOT
 
 TIME = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}"
@@ -107,6 +109,31 @@ def test_unwritable_autotune_log_is_an_error_line_not_a_failure(tmp_path):
     assert re.search(r"^\[0\]<error> %s mxhorovod: HOROVOD_AUTOTUNE_LOG: cannot open the autotune "
                      r"log file '.*missing/a\.csv': No such file or directory; autotuning without "
                      r"a log$" % TIME, proc.stderr, re.M), proc.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chown to another uid)")
+@pytest.mark.parametrize("var", ["HOROVOD_TIMELINE", "HOROVOD_AUTOTUNE_LOG"])
+@pytest.mark.parametrize("taken", ["other_users_file", "symlink"])
+def test_a_file_another_user_made_first_is_not_written(tmp_path, var, taken):
+    # In a shared /tmp another user can make the name first: as a file of theirs (they would
+    # read the job's timeline), or as a link to a file of ours (it would be overwritten).
+    path, victim = tmp_path / "out", tmp_path / "victim"
+    victim.write_text("keep")
+    if taken == "symlink":
+        os.symlink(str(victim), str(path))
+        why = "it is a symbolic link"
+    else:
+        path.write_text("theirs")
+        os.chown(str(path), 54321, 54321)
+        why = r"it belongs to uid 54321, not to this user \(uid %d\)" % os.geteuid()
+    proc = run(INIT + "import mxnet as mx\nprint(hvd.allreduce(mx.nd.ones(2)).asnumpy())\n"
+                      "hvd.shutdown()\n", HOROVOD_AUTOTUNE="1", **{var: str(path)})
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"^\[0\]<error> %s mxhorovod: %s: cannot open the .* file '%s': %s; "
+                     % (TIME, var, re.escape(str(path)), why), proc.stderr, re.M), proc.stderr
+    assert victim.read_text() == "keep"
+    if taken != "symlink":
+        assert path.read_text() == "theirs"
 
 
 def test_single_rank_exception_is_an_ordinary_one():
