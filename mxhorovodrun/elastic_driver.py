@@ -14,7 +14,8 @@ The driver:
 - starts a job on min(usable slots, --max-np) ranks once --min-np slots are there, waiting
   up to --elastic-timeout seconds (else the run ends, naming the lost hosts and why);
 - answers rank 0 at each ``state.commit()`` whether the host set changed (a TCP service on
-  this host); if so every rank stops there (exit 75) and the next job starts;
+  this host while a job runs, answering only requests signed with the run's secret:
+  elastic_protocol); if so every rank stops there (exit 75) and the next job starts;
 - after a rank was killed or lost a peer, or its host stopped answering ssh, leaves that
   host out (for good, or for --blacklist-cooldown-range) and starts the next job, at most
   --reset-limit times; a failure of the script itself ends the run with that job's status;
@@ -29,6 +30,8 @@ import logging
 import os
 import random
 import re
+import secrets
+import selectors
 import shlex
 import socket
 import struct
@@ -40,9 +43,10 @@ import time
 import uuid
 
 from mxhorovodrun.elastic_protocol import (ENV_DRIVER, ENV_ELASTIC, ENV_GENERATION,
-                                           ENV_HOSTS_VERSION, ENV_JOB_ID, EXIT_HOSTS_UPDATED,
-                                           KILLED_RE, PEER_LOST_RE, PER_JOB_FILES,
-                                           TRANSFER_TIMEOUT_RE, USER_ERROR_MARKER, job_file)
+                                           ENV_HOSTS_VERSION, ENV_JOB_ID, ENV_SECRET,
+                                           EXIT_HOSTS_UPDATED, KILLED_RE, LINE_MAX_BYTES,
+                                           PEER_LOST_RE, PER_JOB_FILES, TRANSFER_TIMEOUT_RE,
+                                           USER_ERROR_MARKER, answer_hosts_version, job_file)
 from mxhorovodrun.command import prepare
 from mxhorovodrun.hosts import assign_ranks, hosts_text
 from mxhorovodrun.mpi import HYDRA, INTEL_MPI, LaunchError
@@ -130,31 +134,127 @@ class Blacklist:
         return self.until.get(host, 0) > self.clock()
 
 
-class _HostService(threading.Thread):
-    """Answers ``hosts_version`` with the current version of the host set (TCP)."""
+class _HostService:
+    """The driver's host-set service for one job (a context manager): on a free TCP port of
+    the address the ranks are told (all interfaces when that is not an address of this
+    host), answers each request signed with ``secret`` with ``version()``, the current
+    host-set version, and closes anything else without a word (elastic_protocol).
 
-    def __init__(self):
-        super().__init__(daemon=True, name="mxhorovodrun-elastic-hosts")
-        self.version = 0
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("0.0.0.0", 0))
-        self.sock.listen(64)
-        self.port = self.sock.getsockname()[1]
+    One thread, one selector, nonblocking sockets: a connection has ``deadline`` seconds
+    from its accept to send its request line (at most LINE_MAX_BYTES), and at most
+    ``max_connections`` are open (the oldest is closed to make room), so clients that stay
+    silent or trickle bytes cannot delay the ranks' requests.
 
-    def run(self):
-        while True:
+    Raises (at construction) OSError when it cannot listen.
+    """
+
+    def __init__(self, address, secret, version, deadline=2.0, max_connections=64):
+        self.secret = secret
+        self.version = version
+        self.deadline = deadline
+        self.max_connections = max_connections
+        self.pending = {}  # connection -> [deadline (monotonic s), bytes read]; oldest first
+        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
             try:
-                conn, _ = self.sock.accept()
+                self.listener.bind((address, 0))
+            except OSError:  # not an address of this host (NAT, a name that did not resolve)
+                self.listener.bind(("0.0.0.0", 0))
+            self.listener.listen(128)
+            self.listener.setblocking(False)
+        except OSError:
+            self.listener.close()
+            raise
+        self.address, self.port = self.listener.getsockname()
+        self._wake, self._waker = socket.socketpair()
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.listener, selectors.EVENT_READ)
+        self.selector.register(self._wake, selectors.EVENT_READ)
+        self.thread = threading.Thread(target=self._loop, daemon=True,
+                                       name="mxhorovodrun-elastic-hosts")
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        """Stops the thread and closes every socket."""
+        if self.thread.ident is None:  # never started
+            self._close_all()
+            return
+        try:
+            self._waker.send(b"x")
+        except OSError:  # the loop has ended already
+            pass
+        self.thread.join()
+
+    def _loop(self):
+        try:
+            while True:
+                timeout = None
+                if self.pending:
+                    first = next(iter(self.pending.values()))[0]
+                    timeout = max(0.0, first - time.monotonic())
+                for key, _ in self.selector.select(timeout):
+                    if key.fileobj is self._wake:
+                        return
+                    if key.fileobj is self.listener:
+                        self._accept()
+                    elif key.fileobj in self.pending:  # (not closed earlier in this round)
+                        self._read(key.fileobj)
+                now = time.monotonic()
+                for conn, (deadline, _) in list(self.pending.items()):
+                    if deadline > now:
+                        break
+                    self._drop(conn)
+        finally:
+            self._close_all()
+
+    def _accept(self):
+        try:
+            conn, _ = self.listener.accept()
+        except OSError:  # gone before the accept, or no file descriptor left
+            return
+        conn.setblocking(False)
+        if len(self.pending) >= self.max_connections:
+            self._drop(next(iter(self.pending)))
+        self.pending[conn] = [time.monotonic() + self.deadline, b""]
+        self.selector.register(conn, selectors.EVENT_READ)
+        self._read(conn)  # a rank's request has usually arrived with the connection
+
+    def _read(self, conn):
+        entry = self.pending[conn]
+        try:
+            data = conn.recv(LINE_MAX_BYTES - len(entry[1]))
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        entry[1] += data
+        if data and b"\n" not in entry[1] and len(entry[1]) < LINE_MAX_BYTES:
+            return
+        answer = answer_hosts_version(self.secret, entry[1], self.version()) if data else None
+        if answer:
+            try:
+                conn.send(answer)  # (a few dozen bytes: a new connection's buffer takes them)
             except OSError:
-                return
-            with conn:
-                try:
-                    conn.settimeout(5)
-                    if conn.recv(64).startswith(b"hosts_version"):
-                        conn.sendall(b"%d\n" % self.version)
-                except OSError:
-                    pass
+                pass
+        self._drop(conn)
+
+    def _drop(self, conn):
+        self.selector.unregister(conn)
+        del self.pending[conn]
+        conn.close()
+
+    def _close_all(self):
+        for conn in list(self.pending):
+            self._drop(conn)
+        self.selector.close()
+        for sock in (self.listener, self._wake, self._waker):
+            sock.close()
 
 
 def _nic_address(nic):
@@ -256,7 +356,8 @@ class ElasticDriver:
         self.min_np = args.min_np
         self.max_np = args.max_np
         self.job_id = "mxh-%s" % uuid.uuid4().hex[:12]
-        self.service = _HostService()
+        self.secret = secrets.token_hex(32)  # the ranks' environment only (elastic_protocol)
+        self.hosts_version = 0     # +1 at each change of the hosts seen during a job
         self.hosts = []            # the discovery's last good answer
         self.discovery_error = None
         self.lock = threading.Lock()
@@ -290,7 +391,7 @@ class ElasticDriver:
             if self.job_assignment is not None and \
                     self._assignment(hosts) != self.job_assignment:
                 # Rank 0 sees a new version at its next commit (elastic_protocol).
-                self.service.version += 1
+                self.hosts_version += 1
                 self.job_assignment = None  # one bump per job
 
     def _watch(self, stop):
@@ -320,15 +421,22 @@ class ElasticDriver:
             self._discover()
 
     # --- one job ---
-    def _run_job(self, assignment, generation):
+    def _run_job(self, assignment, generation, version):
+        """Runs one job on ``assignment`` started at host-set ``version``, with its own
+        host service (listening only while the job runs); returns (exit status, events)."""
+        address = driver_address(assignment, self.args.nics)
+        with _HostService(address, self.secret, lambda: self.hosts_version) as service:
+            return self._run_mpirun(assignment, generation, {
+                ENV_ELASTIC: "1", ENV_GENERATION: str(generation), ENV_JOB_ID: self.job_id,
+                ENV_DRIVER: "%s:%d" % (address, service.port),
+                ENV_HOSTS_VERSION: str(version), ENV_SECRET: self.secret})
+
+    def _run_mpirun(self, assignment, generation, elastic_env):
         np = sum(n for _, n in assignment)
         args = copy.copy(self.args)
         args.hosts, args.hostfile, args.num_proc = hosts_text(assignment), None, np
         env = dict(self.environ)
-        address = driver_address(assignment, args.nics)
-        env.update({ENV_ELASTIC: "1", ENV_GENERATION: str(generation), ENV_JOB_ID: self.job_id,
-                    ENV_DRIVER: "%s:%d" % (address, self.service.port),
-                    ENV_HOSTS_VERSION: str(self.service.version)})
+        env.update(elastic_env)
         capture_dir = tempfile.mkdtemp(prefix="mxhorovodrun-")
         mpi, argv, env, notes = prepare(args, environ=env, capture_dir=capture_dir)
         for name in PER_JOB_FILES:  # (-genvall: what env holds is what every rank gets)
@@ -394,7 +502,6 @@ class ElasticDriver:
         except DiscoveryError as e:
             log.error("error: %s", e)
             return 1
-        self.service.start()
         stop = threading.Event()
         watcher = threading.Thread(target=self._watch, args=(stop,), daemon=True,
                                    name="mxhorovodrun-elastic-discovery")
@@ -407,10 +514,11 @@ class ElasticDriver:
                     return 1
                 with self.lock:
                     self.job_assignment = assignment
+                    version = self.hosts_version  # (a change from here on is seen)
                 log.warning("mxhorovodrun elastic: job %d on %d ranks: %s", generation,
                             sum(n for _, n in assignment), hosts_text(assignment))
                 started = self.clock()
-                code, events = self._run_job(assignment, generation)
+                code, events = self._run_job(assignment, generation, version)
                 with self.lock:
                     self.job_assignment = None
                 if events["signals"]:
@@ -450,10 +558,6 @@ class ElasticDriver:
                 self._discover()
         finally:
             stop.set()
-            try:
-                self.service.sock.close()
-            except OSError:
-                pass
 
 
 def run_elastic(args, environ=None, popen=subprocess.Popen):

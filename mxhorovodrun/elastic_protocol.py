@@ -12,15 +12,31 @@ reliably, and a process cannot join one). The driver tells why a job ended:
   signal: that host is left out and the job starts again on the others;
 - anything else (mxhorovod's excepthook prints :data:`USER_ERROR_MARKER`; a non-zero
   exit): the run ends, with no retry.
+
+The host-update question (rank 0, at each commit) is one line each way over TCP (at most
+:data:`LINE_MAX_BYTES`), signed with the run's secret (:data:`ENV_SECRET`; the key is its
+text, UTF-8) by HMAC-SHA256 in lowercase hex:
+
+- request: ``hosts_version <nonce> <HMAC(b"hosts_version:" + nonce)>``, the nonce 32
+  lowercase hex digits, fresh per request;
+- answer: ``<version> <HMAC(b"version:<version>:" + nonce)>``.
+
+The driver answers a request signed with the secret and closes anything else without a
+word; the rank takes only an answer signed for its nonce (no replayed or forged answer).
 """
+import hashlib
+import hmac
 import os
 import re
+import secrets
 import socket
+import time
 
 __all__ = ["ENV_ELASTIC", "ENV_GENERATION", "ENV_JOB_ID", "ENV_DRIVER", "ENV_HOSTS_VERSION",
-           "ENV_COMMIT_DIR", "EXIT_HOSTS_UPDATED", "EXIT_PEER_LOST", "PEER_LOST_MARKER",
-           "USER_ERROR_MARKER", "KILLED_RE", "PEER_LOST_RE", "TRANSFER_TIMEOUT_RE",
-           "PER_JOB_FILES", "job_file", "ask_hosts_version"]
+           "ENV_SECRET", "ENV_COMMIT_DIR", "EXIT_HOSTS_UPDATED", "EXIT_PEER_LOST",
+           "PEER_LOST_MARKER", "USER_ERROR_MARKER", "KILLED_RE", "PEER_LOST_RE",
+           "TRANSFER_TIMEOUT_RE", "PER_JOB_FILES", "LINE_MAX_BYTES", "job_file",
+           "ask_hosts_version", "answer_hosts_version"]
 
 # Set by the driver for every rank of an elastic job.
 ENV_ELASTIC = "MXHOROVOD_ELASTIC"                  # "1"
@@ -28,6 +44,9 @@ ENV_GENERATION = "MXHOROVOD_ELASTIC_GENERATION"    # 0 for the first job, +1 at 
 ENV_JOB_ID = "MXHOROVOD_ELASTIC_JOB_ID"            # one per mxhorovodrun run: the commits' dir
 ENV_DRIVER = "MXHOROVOD_ELASTIC_DRIVER"            # host:port of the driver's host service
 ENV_HOSTS_VERSION = "MXHOROVOD_ELASTIC_HOSTS_VERSION"  # the host set this job was started on
+# The run's secret for the host service (64 hex digits): in the environment only, never on
+# a command line or in a log.
+ENV_SECRET = "MXHOROVOD_ELASTIC_SECRET"
 # Set by the user (any job): where each host keeps its commits.
 ENV_COMMIT_DIR = "MXHOROVOD_ELASTIC_COMMIT_DIR"
 
@@ -65,20 +84,56 @@ def job_file(path, generation):
     return "%s.%d%s" % (root, generation, ext)
 
 
-def ask_hosts_version(address, timeout=5.0):
-    """The driver's current host-set version (an int), asked at ``address`` ('host:port').
+# Longest line of the host-update question, newline included (bytes).
+LINE_MAX_BYTES = 256
+_REQUEST = re.compile(rb"hosts_version ([0-9a-f]{32}) ([0-9a-f]{64})\n")
+_ANSWER = re.compile(rb"(\d{1,19}) ([0-9a-f]{64})\n")
+
+
+def _mac(secret, message):
+    return hmac.new(secret.encode(), message, hashlib.sha256).hexdigest().encode()
+
+
+def answer_hosts_version(secret, request, version):
+    """The driver's answer (bytes) to ``request``, one line (bytes, newline included), with
+    the host-set ``version`` (int); None when the request is not signed with ``secret``."""
+    m = _REQUEST.fullmatch(request)
+    if not m or not hmac.compare_digest(_mac(secret, b"hosts_version:" + m.group(1)),
+                                        m.group(2)):
+        return None
+    text = b"%d" % version
+    return b"%s %s\n" % (text, _mac(secret, b"version:%s:%s" % (text, m.group(1))))
+
+
+def ask_hosts_version(address, secret, timeout=5.0):
+    """The driver's current host-set version (an int), asked at ``address`` ('host:port')
+    with the run's ``secret`` (str), within ``timeout`` seconds in all.
 
     Raises:
-        OSError: no connection or no answer within ``timeout`` seconds.
-        ValueError: an answer that is not a version.
+        OSError: no connection, or no answer in time (ConnectionError: the driver closed
+            the connection without one, as it does for a request with another secret).
+        ValueError: an answer that is not a version signed with ``secret`` for this request.
     """
     host, _, port = address.rpartition(":")
+    end = time.monotonic() + timeout
+    nonce = secrets.token_hex(16).encode()
     with socket.create_connection((host, int(port)), timeout=timeout) as s:
-        s.sendall(b"hosts_version\n")
+        s.sendall(b"hosts_version %s %s\n" % (nonce, _mac(secret, b"hosts_version:" + nonce)))
         data = b""
-        while not data.endswith(b"\n"):
-            chunk = s.recv(64)
+        while not data.endswith(b"\n") and len(data) < LINE_MAX_BYTES:
+            left = end - time.monotonic()
+            if left <= 0:
+                raise socket.timeout("no answer within %g s" % timeout)
+            s.settimeout(left)
+            chunk = s.recv(LINE_MAX_BYTES - len(data))
             if not chunk:
                 break
             data += chunk
-    return int(data.strip())
+    if not data:
+        raise ConnectionError("the driver closed the connection without an answer")
+    m = _ANSWER.fullmatch(data)
+    if not m or not hmac.compare_digest(_mac(secret, b"version:%s:%s" % (m.group(1), nonce)),
+                                        m.group(2)):
+        raise ValueError("the answer %r is not a version signed with this run's secret"
+                         % data[:100])
+    return int(m.group(1))

@@ -9,7 +9,7 @@ from mxhorovod.common.basics import local_rank, rank
 from mxhorovod.common.log import get_logger
 from mxhorovod.elastic.store import CommitStore
 from mxhorovodrun.elastic_protocol import (ENV_DRIVER, ENV_ELASTIC, ENV_GENERATION,
-                                                ENV_HOSTS_VERSION, ask_hosts_version)
+                                           ENV_HOSTS_VERSION, ENV_SECRET, ask_hosts_version)
 
 _state = {"store": None, "warned": set(), "last_ask": 0.0, "answer": None}
 
@@ -49,14 +49,19 @@ def persist(state):
 
 def hosts_updated():
     """Rank 0: None, or 'added'/'removed' when the driver's host set differs from the one
-    this job started on. A driver that does not answer (within 5 s) counts as no change,
-    with one warning."""
+    this job started on. A driver that does not answer (within 5 s), or no secret to ask
+    it with (MXHOROVOD_ELASTIC_SECRET), counts as no change, with one warning."""
     address = os.environ.get(ENV_DRIVER, "")
     mine = os.environ.get(ENV_HOSTS_VERSION, "")
     if not address or not mine.isdigit():
         return None
+    secret = os.environ.get(ENV_SECRET, "")
+    if not secret:
+        warn_once("driver", "hvd.elastic: %s is not set: the driver at %s is not asked, and "
+                  "host changes are not seen", ENV_SECRET, address)
+        return None
     try:
-        current = ask_hosts_version(address)
+        current = ask_hosts_version(address, secret)
     except (OSError, ValueError) as e:
         warn_once("driver", "hvd.elastic: the driver at %s did not answer (%s); host changes "
                   "are not seen until it does", address, e)

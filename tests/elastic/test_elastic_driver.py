@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -165,12 +166,37 @@ def test_host_killed_mid_epoch_goes_on_with_the_others(hosts):
     assert hosts.host_commits("ha") == []
 
 
+def scan_processes(proc, seen):
+    """Every 0.1 s until ``proc`` ends, each process of this machine: its command line into
+    seen["cmdlines"], and the elastic driver's secret of its environment (if any) into
+    seen["secrets"] (secret -> the command lines that hold it)."""
+    while proc.poll() is None:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open("/proc/%s/cmdline" % pid, "rb") as f:
+                    cmd = f.read()
+                with open("/proc/%s/environ" % pid, "rb") as f:
+                    env = f.read().split(b"\0")
+            except OSError:  # ended meanwhile
+                continue
+            seen["cmdlines"].add(cmd)
+            for item in env:
+                if item.startswith(b"MXHOROVOD_ELASTIC_SECRET="):
+                    seen["secrets"].setdefault(item.split(b"=", 1)[1], set()).add(cmd)
+        time.sleep(0.1)
+
+
 def test_host_added_joins_at_a_commit(hosts):
+    # Also: the driver's secret reaches the ranks of both jobs through their environment,
+    # on no process's command line and not in the output.
     hosts.set_hosts("ha:2\n")
     cmd, env = launcher(hosts, ["-np", "2", "--min-np", "2", "--max-np", "4"],
                         ELASTIC_STEP_SLEEP="0.3")
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True, cwd=REPO)
+    seen = {"cmdlines": set(), "secrets": {}}
+    scan = threading.Thread(target=scan_processes, args=(proc, seen), daemon=True)
+    scan.start()
     try:
         log = os.path.join(hosts.root, "log")
         end = time.monotonic() + 120
@@ -188,6 +214,11 @@ def test_host_added_joins_at_a_commit(hosts):
     jobs = check_training(hosts, out, [2, 4])
     # hb got the state at its first commit and trained from it.
     assert jobs[1]["loaded"] == jobs[0]["commits"][-1]
+    scan.join()
+    [(secret, holders)] = seen["secrets"].items()  # one per run
+    assert len(secret) == 64 and any(b"elastic_train.py" in c for c in holders), holders
+    assert not [c for c in seen["cmdlines"] if secret in c]
+    assert secret.decode() not in out
 
 
 def test_below_min_np_ends_naming_the_lost_host(hosts):

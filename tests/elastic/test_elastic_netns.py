@@ -31,7 +31,7 @@ def netns():
 def _run_driver(netns, local, env_extra, flags=()):
     """mxhorovodrun's elastic driver over the 2 netns hosts (TCP between them, 4 ranks,
     --min-np 2) running elastic/workers/elastic_train.py; its output, after exit 0 within
-    240 s (a hang fails the test)."""
+    240 s (a hang fails the test) with every host check answered by the driver."""
     env = worker_env(dict(local.env(), ELASTIC_LOG=os.path.join(local.root, "log"),
                           **env_extra))
     cmd = [sys.executable, "-m", "mxhorovodrun", "-np", "4", "--min-np", "2",
@@ -48,6 +48,8 @@ def _run_driver(netns, local, env_extra, flags=()):
         out, _ = proc.communicate()
         raise AssertionError("timed out\n" + out[-6000:])
     assert proc.returncode == 0, out[-6000:]
+    # Rank 0 reached the driver's host service from its network namespace at each commit.
+    assert "hvd.elastic: the driver at" not in out, out[-4000:]
     return out
 
 
