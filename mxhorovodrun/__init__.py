@@ -9,7 +9,7 @@ the standard library only, never MXNet (--check-build imports mxhorovod, when as
 Importing this package imports none of its modules: a rank imports elastic_protocol and
 cores alone. ``mxhorovod.runner`` names the same modules, at the cost of importing MXNet.
 Modules: launch (main), args, hosts, settings, mpi, command, startup, output, guard,
-check_build, cores, elastic_driver, elastic_protocol.
+check_build, cores, horovod_alias, elastic_driver, elastic_protocol.
 """
 __all__ = ["main", "run_commandline"]
 

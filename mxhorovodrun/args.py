@@ -5,6 +5,7 @@ import os
 import shlex
 
 from mxhorovodrun.guard import rank_guard_setting
+from mxhorovodrun.horovod_alias import alias_setting
 from mxhorovodrun.settings import LOG_LEVELS
 
 __all__ = ["REFUSED", "build_parser", "parse_args"]
@@ -19,10 +20,11 @@ REFUSED = {names[0][2:].replace("-", "_"): why for names, _, why in _REFUSED_FLA
 
 _EPILOG = """\
 environment:
-  MXHOROVOD_MPIRUN       the mpirun to use (default: the one next to this Python, then PATH)
-  MXHOROVOD_SSH_COMMAND  default of --ssh-command
-  HOROVOD_START_TIMEOUT  default of --start-timeout
-  MXHOROVOD_RANK_GUARD   0: the default of --no-rank-guard (default 1: the guard)
+  MXHOROVOD_MPIRUN         the mpirun to use (default: the one next to this Python, then PATH)
+  MXHOROVOD_SSH_COMMAND    default of --ssh-command
+  HOROVOD_START_TIMEOUT    default of --start-timeout
+  MXHOROVOD_RANK_GUARD     0: the default of --no-rank-guard (default 1: the guard)
+  MXHOROVOD_HOROVOD_ALIAS  1: the default of --horovod-alias (default 0: no alias)
 
 mxhorovodrun runs mpirun with -np N and the HOROVOD_* variables of the flags, and
 OMP_NUM_THREADS = cores / ranks per host when it is not set; its exit status is mpirun's.
@@ -115,6 +117,18 @@ def build_parser():
                             "signal is named. Alternatively MXHOROVOD_RANK_GUARD=0.")
     guard.add_argument("--rank-guard", dest="rank_guard", action="store_const", const=True,
                        help=argparse.SUPPRESS)
+    alias = p.add_mutually_exclusive_group()
+    alias.add_argument("--horovod-alias", dest="horovod_alias", action="store_const",
+                       const=True,
+                       help="Scripts written for Horovod run unchanged: in the ranks, import "
+                            "horovod.mxnet (and horovod.mxnet.mpi_ops, .functions, "
+                            ".compression) gives mxhorovod. The ranks' PYTHONPATH starts with "
+                            "the folder mxhorovod/horovod_alias, which holds a package named "
+                            "horovod; the other subpackages of an installed Horovod "
+                            "(horovod.torch, ...) stay its own. Nothing is installed. "
+                            "Alternatively MXHOROVOD_HOROVOD_ALIAS=1.")
+    alias.add_argument("--no-horovod-alias", dest="horovod_alias", action="store_const",
+                       const=False, help=argparse.SUPPRESS)
     p.add_argument("--mpi", action="store_true", dest="use_mpi",
                    help="Use MPI (the only controller of mxhorovod; the default).")
     p.add_argument("--gloo", action="store_true", dest="use_gloo",
@@ -364,6 +378,11 @@ def parse_args(argv=None, environ=None):
     if args.rank_guard is None:
         try:
             args.rank_guard = rank_guard_setting(environ)
+        except ValueError as e:
+            parser.error(str(e))
+    if args.horovod_alias is None:
+        try:
+            args.horovod_alias = alias_setting(environ)
         except ValueError as e:
             parser.error(str(e))
     if args.use_gloo:

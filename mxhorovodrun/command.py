@@ -7,6 +7,7 @@ import tempfile
 
 from mxhorovodrun.cores import usable_cores
 from mxhorovodrun.guard import guarded_command
+from mxhorovodrun.horovod_alias import alias_pythonpath
 from mxhorovodrun.hosts import assign_ranks, parse_hostfile, parse_hosts
 from mxhorovodrun.mpi import (HYDRA, INTEL_MPI, LaunchError, detect, find_mpirun,
                               mpirun_command)
@@ -37,17 +38,19 @@ def prepare(args, environ=None, python=None, cores=None, capture_dir=None, timeo
 
     ``env`` is ``environ`` (default os.environ) plus the HOROVOD_* variables of the flags,
     the -x variables, OMP_NUM_THREADS = ``cores`` (default: this process's usable cores) //
-    the most ranks any host runs, when not already set, and what the MPI needs (hydra's
-    ssh arguments). Each rank's command runs behind mxhorovod/rank_guard.py, by ``python``
-    (default sys.executable), unless ``args.rank_guard`` is False (see
-    :mod:`mxhorovodrun.guard`). ``notes`` are warnings for the user. When
+    the most ranks any host runs, when not already set, what the MPI needs (hydra's
+    ssh arguments), and with ``args.horovod_alias`` the alias folder first on PYTHONPATH
+    (see :mod:`mxhorovodrun.horovod_alias`). Each rank's command runs behind
+    mxhorovod/rank_guard.py, by ``python`` (default sys.executable), unless
+    ``args.rank_guard`` is False (see :mod:`mxhorovodrun.guard`). ``notes`` are warnings for the user. When
     :func:`captures_output`, argv sends the ranks' output to the pipes of ``capture_dir``
     (default: a new temporary directory, the caller's to remove). ``timeout``: seconds for
     ``mpirun --version`` (default 60).
 
     Raises:
-        LaunchError: no usable mpirun (see :func:`mxhorovodrun.mpi.find_mpirun`), or no
-            rank guard to put in front of the ranks.
+        LaunchError: no usable mpirun (see :func:`mxhorovodrun.mpi.find_mpirun`), no
+            rank guard to put in front of the ranks, or no alias folder for
+            ``args.horovod_alias``.
         ValueError: bad hosts or host file, or more processes than slots.
     """
     env = dict(os.environ if environ is None else environ)
@@ -58,6 +61,12 @@ def prepare(args, environ=None, python=None, cores=None, capture_dir=None, timeo
         name, eq, value = item.partition("=")
         if eq:
             env[name] = value
+    if getattr(args, "horovod_alias", None):
+        # After -x: a PYTHONPATH given there keeps its entries, behind the alias.
+        try:
+            env["PYTHONPATH"] = alias_pythonpath(env.get("PYTHONPATH"))
+        except FileNotFoundError as e:
+            raise LaunchError(str(e)) from None
     if not env.get("OMP_NUM_THREADS"):
         # Ranks of one host share its cores; MXNet's OpenMP would otherwise start one thread
         # per core in every rank. Hosts are assumed to have this host's cores.

@@ -13,7 +13,8 @@ rank_guard.py says what the guard does.
 import importlib.util
 import os
 
-__all__ = ["GUARD_VARIABLE", "guard_path", "rank_guard_setting", "guarded_command"]
+__all__ = ["GUARD_VARIABLE", "package_places", "guard_path", "rank_guard_setting",
+           "guarded_command"]
 
 GUARD_VARIABLE = "MXHOROVOD_RANK_GUARD"
 
@@ -37,14 +38,10 @@ def rank_guard_setting(environ):
                      % (GUARD_VARIABLE, environ[GUARD_VARIABLE]))
 
 
-def guard_path():
-    """Absolute path of mxhorovod/rank_guard.py: in the mxhorovod package that this Python
-    would import (found, not imported: importing it imports MXNet), else beside this
-    package (a checkout).
-
-    Raises:
-        FileNotFoundError: neither exists (the message says how to run without the guard).
-    """
+def package_places():
+    """Folders where mxhorovod's files are looked for, in order: the mxhorovod package that
+    this Python would import (found, not imported: importing it imports MXNet), then the
+    one beside this package (a checkout)."""
     places = []
     try:
         spec = importlib.util.find_spec("mxhorovod")
@@ -54,6 +51,17 @@ def guard_path():
         places.append(os.path.dirname(os.path.abspath(spec.origin)))
     places.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                "mxhorovod"))
+    return places
+
+
+def guard_path():
+    """Absolute path of mxhorovod/rank_guard.py, in the first of :func:`package_places`
+    that has it.
+
+    Raises:
+        FileNotFoundError: neither exists (the message says how to run without the guard).
+    """
+    places = package_places()
     for place in places:
         path = os.path.join(place, "rank_guard.py")
         if os.path.isfile(path):

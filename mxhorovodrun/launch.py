@@ -124,6 +124,8 @@ def _start(args, deadline, capture_dir, cleanup, execve, popen):
     for note in notes:
         log.warning("warning: %s", note)
     log.info("%s %s: %s", mpi.flavour, mpi.version, mpi.path)
+    if args.horovod_alias:
+        log.info("--horovod-alias: the ranks' PYTHONPATH is %s", env.get("PYTHONPATH"))
     log.info("%s", " ".join(shlex.quote(a) for a in cmd))
     sys.stdout.flush()
     sys.stderr.flush()

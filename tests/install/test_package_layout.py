@@ -13,6 +13,9 @@ PACKAGES = ("mxhorovod", "mxhorovodrun")
 # The launcher's modules a rank needs: the elastic protocol (variables and exit codes the
 # driver and the ranks share) and the host's usable cores. Both standard library only.
 RANK_LAUNCHER_MODULES = ["mxhorovodrun", "mxhorovodrun.cores", "mxhorovodrun.elastic_protocol"]
+# A folder that `mxhorovodrun --horovod-alias` puts on the ranks' sys.path: its modules are
+# named as imported there (horovod, horovod.mxnet), not as files of the package.
+ALIAS_ROOT = os.path.join(ROOT, "mxhorovod", "horovod_alias")
 
 
 def _modules():
@@ -23,11 +26,13 @@ def _modules():
             for name in files:
                 if not name.endswith(".py"):
                     continue
-                rel = os.path.relpath(os.path.join(folder, name), ROOT)[:-3]
+                path = os.path.join(folder, name)
+                inside_alias = folder != ALIAS_ROOT and folder.startswith(ALIAS_ROOT + os.sep)
+                rel = os.path.relpath(path, ALIAS_ROOT if inside_alias else ROOT)[:-3]
                 parts = rel.split(os.sep)
                 if parts[-1] == "__init__":
                     parts = parts[:-1]
-                found[".".join(parts)] = os.path.join(folder, name)
+                found[".".join(parts)] = path
     return found
 
 
