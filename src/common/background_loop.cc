@@ -16,6 +16,7 @@
 #include "host_cores.h"
 #include "job_abort.h"
 #include "logging.h"
+#include "mpi_shm.h"
 #include "ops/float16.h"
 #include "ops/link_pace.h"
 #include "ops/mpi_wait.h"
@@ -219,6 +220,7 @@ void BackgroundLoop(StartArgs args) {
   Status s = StartMPI(args.comm_f2c, args.ranks, &hierarchical, cfg,
                       args.cfg_error, &comm, &topo, &hc);
   if (s.ok()) s = AgreeOnSettings(comm, topo, st.dynamic_process_sets, &cfg);
+  if (s.ok()) s = CheckMPIShmOwners(comm, topo.rank);
   std::shared_ptr<ProcessSet> global;
   if (s.ok()) {
     ConfigureLogging(cfg.log, topo.rank);

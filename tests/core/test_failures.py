@@ -97,6 +97,17 @@ def test_a_job_whose_ranks_are_all_sigkilled_leaves_no_mpich_files_in_dev_shm():
         os.unlink(other)
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chown to another uid)")
+def test_init_refuses_mpich_shared_memory_of_another_user():
+    # MPICH names its file from the launcher's job name, which another local user can
+    # predict, and opens a name made first without a check: that user would read and write
+    # every message between the host's ranks. init() refuses on every rank.
+    proc = run_ranks(2, "failures_foreign_mpich_shm.py", timeout=90, expect_ok=False)
+    assert "INIT PASSED" not in proc.stdout, proc.stdout
+    for r in range(2):
+        assert "RANK %d OK" % r in proc.stdout, proc.stdout[-3000:]
+
+
 @pytest.mark.parametrize("mode", ["bad", "disagree"])
 def test_a_job_ended_by_a_refused_init_leaves_no_mpich_files_in_dev_shm(mode):
     # init() refuses a setting (unreadable, or different on each rank) after MPI started:

@@ -111,29 +111,58 @@ def test_unwritable_autotune_log_is_an_error_line_not_a_failure(tmp_path):
                      r"a log$" % TIME, proc.stderr, re.M), proc.stderr
 
 
+LOG_JOB = INIT + "import mxnet as mx\nprint(hvd.allreduce(mx.nd.ones(2)).asnumpy())\nhvd.shutdown()\n"
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chown to another uid)")
 @pytest.mark.parametrize("var", ["HOROVOD_TIMELINE", "HOROVOD_AUTOTUNE_LOG"])
-@pytest.mark.parametrize("taken", ["other_users_file", "symlink"])
-def test_a_file_another_user_made_first_is_not_written(tmp_path, var, taken):
-    # In a shared /tmp another user can make the name first: as a file of theirs (they would
-    # read the job's timeline), or as a link to a file of ours (it would be overwritten).
+@pytest.mark.parametrize("taken", ["other_users_file", "other_users_link", "hard_link", "fifo"])
+def test_a_name_another_user_made_first_is_not_written(tmp_path, var, taken):
+    # In a shared /tmp another user can make the name first: a file of theirs (they would
+    # read the log), a link or a hard link to a file of ours (it would be overwritten), a
+    # FIFO that nobody reads (the open waited forever, in init() or the first allreduce).
     path, victim = tmp_path / "out", tmp_path / "victim"
     victim.write_text("keep")
-    if taken == "symlink":
+    if taken == "other_users_link":
         os.symlink(str(victim), str(path))
-        why = "it is a symbolic link"
+        os.lchown(str(path), 54321, 54321)
+        why = r"it is a symbolic link that belongs to uid 54321, not to this user \(uid 0\)"
+    elif taken == "hard_link":
+        os.link(str(victim), str(path))
+        why = "it has 2 hard links"
+    elif taken == "fifo":
+        os.mkfifo(str(path))
+        why = "it is a FIFO that nobody reads"
     else:
         path.write_text("theirs")
         os.chown(str(path), 54321, 54321)
-        why = r"it belongs to uid 54321, not to this user \(uid %d\)" % os.geteuid()
-    proc = run(INIT + "import mxnet as mx\nprint(hvd.allreduce(mx.nd.ones(2)).asnumpy())\n"
-                      "hvd.shutdown()\n", HOROVOD_AUTOTUNE="1", **{var: str(path)})
+        why = r"it belongs to uid 54321, not to this user \(uid 0\)"
+    proc = run(LOG_JOB, HOROVOD_AUTOTUNE="1", **{var: str(path)})
     assert proc.returncode == 0, proc.stderr
     assert re.search(r"^\[0\]<error> %s mxhorovod: %s: cannot open the .* file '%s': %s; "
                      % (TIME, var, re.escape(str(path)), why), proc.stderr, re.M), proc.stderr
     assert victim.read_text() == "keep"
-    if taken != "symlink":
+    if taken == "other_users_file":
         assert path.read_text() == "theirs"
+
+
+@pytest.mark.parametrize("target", ["own_link", "dev_null", "existing"])
+def test_the_users_own_names_are_written(tmp_path, target):
+    # What fopen(path, "w") took before the checks still works: the user's own link, a
+    # device (/dev/null), an existing file of the user's (emptied).
+    real = tmp_path / "real.json"
+    path = str(real)
+    if target == "own_link":
+        path = str(tmp_path / "link.json")
+        os.symlink(str(real), path)
+    elif target == "dev_null":
+        path = "/dev/null"
+    else:
+        real.write_text("x" * 100000)
+    proc = run(LOG_JOB, HOROVOD_TIMELINE=path)
+    assert proc.returncode == 0 and "cannot open" not in proc.stderr, proc.stderr
+    if target != "dev_null":
+        assert real.read_text().startswith("[") and "x" not in real.read_text()[:10]
 
 
 def test_single_rank_exception_is_an_ordinary_one():
