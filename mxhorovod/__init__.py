@@ -25,6 +25,7 @@ from mxhorovod.common.process_sets import (ProcessSet, add_process_set, global_p
                                            remove_process_set)
 from mxhorovod.training.compression import Compression
 from mxhorovod.training.optimizer import DistributedOptimizer, split_list
+from mxhorovod.training.sync_batch_norm import SyncBatchNorm
 from mxhorovod.training.trainer import DistributedTrainer
 from mxhorovod.training import patches as _patches
 # Horovod's module paths (horovod.mxnet.mpi_ops, .functions, .compression), the paths that
@@ -61,5 +62,5 @@ __all__ = [
     # timeline
     "start_timeline", "stop_timeline",
     # ours
-    "InvalidArgumentError",
+    "InvalidArgumentError", "SyncBatchNorm",
 ]
