@@ -9,7 +9,7 @@ operator once every array handed to the call has been written (docs/design.md,
 
 - forward: ``SyncBatchNorm.<layer>.forward`` (one grouped allreduce of two tensors:
   ``.0`` a per-channel array in the input's dtype, whose shape and dtype the peers must
-  share, and ``.1`` the count, sum and sum of squares). The forwards of one layer run one
+  share, and ``.1`` the count, sum and sum of squares, in float64). The forwards of one layer run one
   after the other (each writes the running statistics), so one name serves them all.
 - backward: ``SyncBatchNorm.<layer>.backward.<slot>``, where ``slot`` is the smallest
   number no earlier recorded forward of the layer still holds (its backward releases it):
@@ -19,6 +19,7 @@ operator once every array handed to the call has been written (docs/design.md,
   only after every backward pushed before it has ended (the backward reads the running
   statistics that the forward writes), and before any pushed after it.
 """
+import os
 import threading
 
 import mxnet as mx
@@ -150,14 +151,42 @@ class SyncBatchNorm(gluon.nn.BatchNorm):
         ps = self._process_set
         ranks = "global" if ps is global_process_set else ",".join(map(str, ps.ranks or ()))
         k = self._kwargs
-        return F.Custom(x, gamma, beta, running_mean, running_var, op_type=OP_TYPE,
-                        name="fwd", layer=self.name, axis=k["axis"], eps=k["eps"],
-                        momentum=k["momentum"], fix_gamma=k["fix_gamma"],
-                        use_global_stats=k["use_global_stats"], process_set=ranks)
+        plain = _mkldnn_on()
+        if plain:
+            x = _plain_layout(F, x, k["axis"])
+        y = F.Custom(x, gamma, beta, running_mean, running_var, op_type=OP_TYPE,
+                     name="fwd", layer=self.name, axis=k["axis"], eps=k["eps"],
+                     momentum=k["momentum"], fix_gamma=k["fix_gamma"],
+                     use_global_stats=k["use_global_stats"], process_set=ranks)
+        return _plain_layout(F, y, k["axis"]) if plain else y
 
     def __repr__(self):
         return super(SyncBatchNorm, self).__repr__()[:-1] + ", process_set=%s)" % (
             "global" if self._process_set is global_process_set else self._process_set.ranks)
+
+
+def _mkldnn_on():
+    """Whether MXNet's MKLDNN (oneDNN) kernels run in this process."""
+    if os.environ.get("MXNET_MKLDNN_ENABLED", "1").strip() == "0":
+        return False
+    try:
+        return mx.runtime.Features().is_enabled("MKLDNN")
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def _plain_layout(F, x, axis):
+    """``x`` (and, in backward, its gradient) as a fresh array in the plain layout.
+
+    MXNet 1.9.1's MKLDNN kernels (Convolution, Pooling, Activation, ...) keep their outputs
+    and their input gradients in MKLDNN's blocked layout, and a custom operator is handed
+    such an array as plain memory: read, or written to, in the wrong order (outputs, and
+    gradients of the layers around it, came out scrambled or NaN, run to run). An operator
+    without an MKLDNN kernel, here a multiplication by ones, makes the engine reorder its
+    input to the plain layout and makes a plain output, in both directions. The ones: one
+    slice along the channel axis, so that they take the input's dtype."""
+    ones = F.BlockGrad(F.ones_like(F.slice_axis(x, axis=axis, begin=0, end=1)))
+    return F.broadcast_mul(x, ones)
 
 
 def _bool(text):
@@ -221,6 +250,7 @@ class _SyncBatchNormOp(mx.operator.CustomOp):
         axis = p.axis(x)
         c = x.shape[axis]
         self.batch_stats = bool(is_train) and not p.use_global_stats
+        acc = gamma.dtype  # float32 for float16 input (gluon keeps the parameters float32)
         table = self._slot_table()
         if self.slot is not None:  # a reused pass (static_shape): its backward is done
             table.release(self.slot)
@@ -234,11 +264,22 @@ class _SyncBatchNormOp(mx.operator.CustomOp):
             if pid != 0 and ps.included() is False:
                 raise InvalidArgumentError("%s: this rank is not in its process set (ranks %s)"
                                            % (what, ps.ranks))
-            acc = gamma.dtype  # float32 for float16 input (gluon keeps the parameters float32)
             xa = x.astype(acc, copy=False)
-            local = mx.nd.concat(mx.nd.full((1,), x.size // c, dtype=acc),
-                                 mx.nd.sum(xa, axis=axis, exclude=True),
-                                 mx.nd.sum(mx.nd.square(xa), axis=axis, exclude=True), dim=0)
+            n = x.size // c
+            bshape = [1] * x.ndim
+            bshape[axis] = c
+            # This rank's mean, and its squared deviations from it (two passes: no
+            # cancellation); the ranks add count, sum and sum of squares (rebuilt as n * mean
+            # and M2 + n * mean^2) in float64, where var = E[x^2] - E[x]^2 loses only
+            # 1e-16 * mean^2 / var (float32 sums of x and x^2 gave a channel of mean 100
+            # and std 0.01 a variance of 0).
+            s1 = mx.nd.sum(xa, axis=axis, exclude=True)
+            mine = s1 / max(n, 1)
+            m2 = mx.nd.sum(mx.nd.square(mx.nd.broadcast_sub(xa, mine.reshape(bshape))),
+                           axis=axis, exclude=True)
+            mine64 = mine.astype("float64")  # n * mine, not s1: the same mean in both sums
+            local = mx.nd.concat(mx.nd.full((1,), n, dtype="float64"), mine64 * n,
+                                 m2.astype("float64") + mine64 * mine64 * n, dim=0)
             self.alone = set_size(ps, what) == 1
             if not self.alone:
                 if self.recording or self.forwards:  # a backward may come
@@ -248,23 +289,30 @@ class _SyncBatchNormOp(mx.operator.CustomOp):
                 with gradient_reduction():  # never wait here for the arrays' layout
                     grouped_allreduce_([shape_and_dtype, local], op=Sum, process_set=ps,
                                        name="SyncBatchNorm.%s.forward" % p.layer)
-            self.count = local[0:1]
-            moments = mx.nd.broadcast_div(local[1:].reshape((2, c)), self.count)
-            mean = moments[0]
-            var = mx.nd.relu(moments[1] - mx.nd.square(mean))  # the biased variance
+            moments = mx.nd.broadcast_div(local[1:].reshape((2, c)), local[0:1])
+            mean = moments[0].astype(acc)
+            var = mx.nd.relu(moments[1] - mx.nd.square(moments[0])).astype(acc)  # biased
+            self.count = local[0:1].astype(acc)
             for running, stat in ((moving_mean, mean), (moving_var, var)):
                 running *= p.momentum
                 running += stat * (1 - p.momentum)
         self.forwards += 1
         self.mean, self.var = mean, var
-        # MXNet's BatchNorm given these statistics: its arithmetic, dtypes and kernels.
-        normalized = dict(eps=p.eps, momentum=p.momentum, fix_gamma=False,
-                          use_global_stats=True, axis=axis)
+        # y = x * scale + shift per channel, scale = gamma / sqrt(var + eps), shift = beta -
+        # mean * scale, with broadcast operators: MXNet's own BatchNorm (an MKLDNN kernel)
+        # would write the output array in MKLDNN's blocked layout, which the caller, handed
+        # the same memory as a plain array, read scrambled.
+        bshape = [1] * x.ndim
+        bshape[axis] = c
         g = mx.nd.ones_like(gamma) if p.fix_gamma else gamma
-        if req[0] in ("write", "inplace"):
-            mx.nd.BatchNorm(x, g, beta, mean, var, out=out_data[0], **normalized)
+        scale = g * mx.nd.rsqrt(var + p.eps)
+        shift = beta - mean * scale
+        scaled = mx.nd.broadcast_mul(x.astype(acc, copy=False), scale.reshape(bshape))
+        if req[0] in ("write", "inplace") and acc == x.dtype:
+            mx.nd.broadcast_add(scaled, shift.reshape(bshape), out=out_data[0])
         else:
-            self.assign(out_data[0], req[0], mx.nd.BatchNorm(x, g, beta, mean, var, **normalized))
+            y = mx.nd.broadcast_add(scaled, shift.reshape(bshape))
+            self.assign(out_data[0], req[0], y.astype(x.dtype, copy=False))
 
     def backward(self, req, out_grad, in_data, out_data, in_grad, aux):
         p = self.p
@@ -334,7 +382,7 @@ class _SyncBatchNormProp(mx.operator.CustomOpProp):
         self.layer = layer
         self._axis = int(axis)
         self.eps = float(eps)
-        self.momentum = float(momentum)
+        self.momentum = float(np.float32(momentum))  # a C float in MXNet's BatchNorm
         self.fix_gamma = _bool(fix_gamma)
         self.use_global_stats = _bool(use_global_stats)
         self.process_set = process_set
