@@ -311,3 +311,31 @@ def test_overlap_bound_of_the_gradient_order():
     # E = 20 us for the 200 B: 10 B/us, so 10 of 20 us exposed at best.
     assert overlap_bound(tl, sizes, 20e-6) == pytest.approx(0.5)
     assert overlap_bound(timeline({"g.0": [0]}), sizes, 20e-6) is None  # g.1 never reduced
+
+
+def check_sync_batch_norm(obj, setting, hosts):
+    assert obj["benchmark"] == "sync_batch_norm"
+    (r,) = obj["rows"]
+    assert (r["setting"], r["ranks"], r["hosts"]) == (setting, 2, hosts)
+    # ResNet-50 v1b: the stem's, 3 per bottleneck (16) and 4 downsamples' normalizations.
+    assert (r["layers"], r["collectives_per_step"]) == (53, 106)
+    check_stats(r["bn_s"])
+    check_stats(r["syncbn_s"])
+    assert r["ratio"] == pytest.approx(r["syncbn_s"]["median"] / r["bn_s"]["median"])
+    check_stats(r["round_ratio"])
+
+
+def test_sync_batch_norm_quick():
+    # benchmarks/sync_batch_norm.py: both ResNet-50 variants, one round of one step each.
+    check_sync_batch_norm(run_script("sync_batch_norm.py", timeout=120), "1 host, 2 ranks", 1)
+
+
+def test_sync_batch_norm_hosts_quick():
+    from mxhorovod_devtools.netns_hosts import NetnsHosts, NetnsUnavailable
+    try:
+        with NetnsHosts(1):
+            pass
+    except NetnsUnavailable as e:
+        pytest.skip("no network namespaces: %s" % e)
+    obj = run_script("sync_batch_norm.py", "--hosts", "--rates", "1gbit", timeout=120)
+    check_sync_batch_norm(obj, "2 hosts x 1 rank, eth0 capped at 1gbit", 2)
