@@ -66,9 +66,9 @@ def alias_path():
 def alias_pythonpath(current, path=None):
     """PYTHONPATH with the alias folder ``path`` (default :func:`alias_path`) first, once:
     ``current`` (the PYTHONPATH so far, None or empty for none) keeps its other entries in
-    their order."""
+    their order, empty ones too (Python reads those as the current folder)."""
     path = path or alias_path()
-    rest = [p for p in (current or "").split(os.pathsep) if p and p != path]
+    rest = [p for p in current.split(os.pathsep) if p != path] if current else []
     return os.pathsep.join([path] + rest)
 
 

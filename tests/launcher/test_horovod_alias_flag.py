@@ -47,7 +47,9 @@ def test_open_mpi_forwards_it(tmp_path):
 def test_alias_pythonpath_keeps_the_order():
     assert alias_pythonpath(None, "/al") == "/al"
     assert alias_pythonpath("", "/al") == "/al"
-    assert alias_pythonpath("/x::/al:/y", "/al") == "/al:/x:/y"
+    # An empty entry is the current folder for Python: kept.
+    assert alias_pythonpath("/x::/al:/y", "/al") == "/al:/x::/y"
+    assert alias_pythonpath(":", "/al") == "/al::"
 
 
 @pytest.mark.parametrize("argv,environ,message", [
