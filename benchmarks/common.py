@@ -381,6 +381,18 @@ def launch_all(args, script, worker_args):
     return results
 
 
+def in_rank(args, worker):
+    """Inside a rank (``--worker``, or started under mpirun): runs ``worker(args)``, hands
+    its result (if any) to the launching process, and returns True. Else False: the
+    caller is the launching process."""
+    if not (args.worker or under_mpirun()):
+        return False
+    res = worker(args)
+    if res is not None:
+        emit_result(res)
+    return True
+
+
 def run_script(args, worker, report, script, worker_args):
     """A benchmark script's main: inside a rank (``--worker``, or started by hand under
     mpirun, then labelled config "env"), run ``worker(args)`` and hand rank 0's result to

@@ -231,10 +231,7 @@ def allreduce_rows(args):
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.worker or common.under_mpirun():
-        res = worker(args)
-        if res is not None:
-            common.emit_result(res)
+    if common.in_rank(args, worker):
         return 0
     rows = kernel_rows(args) + cast_rows(args)
     ar_rows, errors = allreduce_rows(args)

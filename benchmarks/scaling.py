@@ -330,10 +330,7 @@ def report(model_results):
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.worker or common.under_mpirun():
-        res = worker(args)
-        if res is not None:
-            common.emit_result(res)
+    if common.in_rank(args, worker):
         return 0
     report([run_model(args, m) for m in args.models])
     return 0

@@ -92,7 +92,7 @@ def worker(args):
     from gluoncv.model_zoo import resnet50_v1b
 
     import mxhorovod as hvd
-    from mxhorovod.training.sync_batch_norm import _mkldnn_on
+    from mxhorovod.collectives.submit import MKLDNN
 
     comm = MPI.COMM_WORLD
     hvd.init()
@@ -141,7 +141,7 @@ def worker(args):
     if rank != 0:
         return None
     return {"ranks": comm.Get_size(), "hosts": hosts,
-            "layers": layers, "collectives_per_step": 2 * layers, "mkldnn": _mkldnn_on(),
+            "layers": layers, "collectives_per_step": 2 * layers, "mkldnn": MKLDNN,
             "batch": args.batch, "image_size": args.image_size, "steps": args.steps,
             "blocks": args.blocks, "warmup": args.warmup, "per_step_s": per_step}
 
@@ -226,10 +226,7 @@ def report(rows, errors):
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.worker or common.under_mpirun():
-        res = worker(args)
-        if res is not None:
-            common.emit_result(res)
+    if common.in_rank(args, worker):
         return 0
     rows, errors = [], []
     jobs = [(run_hosts, rate) for rate in args.rates] if args.hosts else [(run_one_host, None)]

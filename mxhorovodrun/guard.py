@@ -13,14 +13,12 @@ rank_guard.py says what the guard does.
 import importlib.util
 import os
 
+from mxhorovodrun.settings import env_switch
+
 __all__ = ["GUARD_VARIABLE", "package_places", "guard_path", "rank_guard_setting",
            "guarded_command"]
 
 GUARD_VARIABLE = "MXHOROVOD_RANK_GUARD"
-
-_ON = ("1", "true", "yes", "on")
-_OFF = ("0", "false", "no", "off")
-
 
 def rank_guard_setting(environ):
     """Whether MXHOROVOD_RANK_GUARD in ``environ`` asks for the guard: True when unset or
@@ -29,13 +27,8 @@ def rank_guard_setting(environ):
     Raises:
         ValueError: any other value (the message names the variable and its value).
     """
-    text = environ.get(GUARD_VARIABLE, "").strip().lower()
-    if not text or text in _ON:
-        return True
-    if text in _OFF:
-        return False
-    raise ValueError("%s=%s: 1 (the default: each rank under the rank guard) or 0 (none)"
-                     % (GUARD_VARIABLE, environ[GUARD_VARIABLE]))
+    return env_switch(environ, GUARD_VARIABLE, True,
+                      "1 (the default: each rank under the rank guard) or 0 (none)")
 
 
 def package_places():

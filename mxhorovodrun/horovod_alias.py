@@ -19,14 +19,11 @@ import os
 import sys
 
 from mxhorovodrun.guard import package_places
+from mxhorovodrun.settings import env_switch
 
 __all__ = ["ALIAS_VARIABLE", "alias_setting", "alias_path", "alias_pythonpath"]
 
 ALIAS_VARIABLE = "MXHOROVOD_HOROVOD_ALIAS"
-
-_ON = ("1", "true", "yes", "on")
-_OFF = ("0", "false", "no", "off")
-
 
 def alias_setting(environ):
     """Whether MXHOROVOD_HOROVOD_ALIAS in ``environ`` asks for the alias: False when unset
@@ -35,13 +32,8 @@ def alias_setting(environ):
     Raises:
         ValueError: any other value (the message names the variable and its value).
     """
-    text = environ.get(ALIAS_VARIABLE, "").strip().lower()
-    if not text or text in _OFF:
-        return False
-    if text in _ON:
-        return True
-    raise ValueError("%s=%s: 1 (horovod.mxnet is mxhorovod in the ranks) or 0 (the default: "
-                     "no alias)" % (ALIAS_VARIABLE, environ[ALIAS_VARIABLE]))
+    return env_switch(environ, ALIAS_VARIABLE, False,
+                      "1 (horovod.mxnet is mxhorovod in the ranks) or 0 (the default: no alias)")
 
 
 def alias_path():

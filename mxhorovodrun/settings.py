@@ -2,7 +2,7 @@
 units and transformations of horovodrun 0.28.1's config_parser.set_env_from_args),
 -x variables, and OMP_NUM_THREADS (by the usable cores of mxhorovodrun.cores)."""
 
-__all__ = ["LOG_LEVELS", "UNUSED_FLAGS", "horovod_env", "omp_threads"]
+__all__ = ["LOG_LEVELS", "UNUSED_FLAGS", "horovod_env", "omp_threads", "env_switch"]
 
 LOG_LEVELS = ["TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL"]
 
@@ -72,3 +72,25 @@ def horovod_env(args):
 def omp_threads(cores, ranks_per_host):
     """OpenMP threads per rank so the ranks of one host share its cores: at least 1."""
     return max(1, cores // max(1, ranks_per_host))
+
+
+_ON = ("1", "true", "yes", "on")
+_OFF = ("0", "false", "no", "off")
+
+
+def env_switch(environ, name, default, meanings):
+    """The on/off variable ``name`` of ``environ``: ``default`` when unset or empty; True
+    for 1/true/yes/on, False for 0/false/no/off (any case).
+
+    Raises:
+        ValueError: any other value, naming the variable, its value and ``meanings`` (what
+            1 and 0 mean, for the message).
+    """
+    text = environ.get(name, "").strip().lower()
+    if not text:
+        return default
+    if text in _ON:
+        return True
+    if text in _OFF:
+        return False
+    raise ValueError("%s=%s: %s" % (name, environ[name], meanings))

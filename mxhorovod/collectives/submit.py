@@ -6,6 +6,7 @@ differentiable wrappers (:mod:`mxhorovod.collectives.autograd`) call this module
 import contextlib
 import math
 import operator
+import os
 import re
 import threading
 
@@ -163,13 +164,18 @@ def _resolve_op(op, average, what):
 
 
 def _mkldnn_enabled():
+    """Whether MXNet's MKLDNN (oneDNN) kernels run in this process: built in, and not
+    turned off by MXNET_MKLDNN_ENABLED=0 (read by MXNet once, at its start)."""
+    if os.environ.get("MXNET_MKLDNN_ENABLED", "1").strip() == "0":
+        return False
     try:
         return mx.runtime.Features().is_enabled("MKLDNN")
     except Exception:  # a build without the feature list
         return False
 
 
-_MKLDNN = _mkldnn_enabled()
+# Whether arrays may be in MKLDNN's blocked layout (read by training/sync_batch_norm too).
+MKLDNN = _mkldnn_enabled()
 
 
 class _ThreadState(threading.local):
@@ -201,7 +207,7 @@ def settle():
     reads it in the default layout. False without MKLDNN and inside gradient_reduction():
     the gradient path stays asynchronous. If a conversion still slips through, the
     collective fails on every rank with an error that names the tensor; it never hangs."""
-    return _MKLDNN and not _local.gradients
+    return MKLDNN and not _local.gradients
 
 
 def _broadcast_wait():
@@ -212,7 +218,7 @@ def _broadcast_wait():
     seen under load; not when a collective of ours still reads it); else its writers. If
     that wait raises the error of the operation that wrote the input, every rank's
     broadcast fails (naming this rank) and this rank raises it at the call."""
-    return 2 if _MKLDNN else 1
+    return 2 if MKLDNN else 1
 
 
 def _empty_like(tensor, shape=None):

@@ -19,7 +19,6 @@ operator once every array handed to the call has been written (docs/design.md,
   only after every backward pushed before it has ended (the backward reads the running
   statistics that the forward writes), and before any pushed after it.
 """
-import os
 import threading
 
 import mxnet as mx
@@ -27,7 +26,8 @@ import numpy as np
 from mxnet import autograd, gluon
 
 import mxhorovod._core as _core
-from mxhorovod.collectives.submit import Sum, allreduce_, gradient_reduction, grouped_allreduce_
+from mxhorovod.collectives.submit import (MKLDNN, Sum, allreduce_, gradient_reduction,
+                                          grouped_allreduce_)
 from mxhorovod.common.errors import InvalidArgumentError
 from mxhorovod.common.state import not_initialized
 from mxhorovod.common.process_sets import (ProcessSet, global_process_set, set_id, set_size,
@@ -151,7 +151,7 @@ class SyncBatchNorm(gluon.nn.BatchNorm):
         ps = self._process_set
         ranks = "global" if ps is global_process_set else ",".join(map(str, ps.ranks or ()))
         k = self._kwargs
-        plain = _mkldnn_on()
+        plain = MKLDNN
         if plain:
             x = _plain_layout(F, x, k["axis"])
         y = F.Custom(x, gamma, beta, running_mean, running_var, op_type=OP_TYPE,
@@ -163,16 +163,6 @@ class SyncBatchNorm(gluon.nn.BatchNorm):
     def __repr__(self):
         return super(SyncBatchNorm, self).__repr__()[:-1] + ", process_set=%s)" % (
             "global" if self._process_set is global_process_set else self._process_set.ranks)
-
-
-def _mkldnn_on():
-    """Whether MXNet's MKLDNN (oneDNN) kernels run in this process."""
-    if os.environ.get("MXNET_MKLDNN_ENABLED", "1").strip() == "0":
-        return False
-    try:
-        return mx.runtime.Features().is_enabled("MKLDNN")
-    except (AttributeError, RuntimeError):
-        return False
 
 
 def _plain_layout(F, x, axis):

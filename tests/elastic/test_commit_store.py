@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from mxhorovod.elastic import store
+from mxhorovod.elastic import commit_dir, store
 from mxhorovod.elastic.store import CommitDirError, CommitStore, commit_base_dir
 
 OTHER_UID = 54321  # no such user is needed: root can chown to any uid
@@ -217,7 +217,7 @@ def test_common_places_pass_the_check_of_the_folders_above(tmp_path):
     for place in ["/dev/shm", tempfile.gettempdir(), os.path.expanduser("~"),
                   tempfile.gettempdir() + "/x"]:
         if os.path.isdir(os.path.dirname(place)):
-            assert store._walk(place, False)[0] is None, place
+            assert commit_dir._walk(place, False)[0] is None, place
 
 
 def test_the_folders_are_checked_again_at_each_commit(tmp_path):

@@ -250,16 +250,21 @@ def test_each_horovod_launch_follows_its_mxhorovod_launch():
     assert [impl for impl, _, _ in common.runs(args)] == ["mxhorovod"] * 3
 
 
-def test_cluster_quick():
-    # Two namespace hosts capped at 1 Gbit/s, a 1 MiB allreduce: the TCP floor, mpi4py and
-    # the default and flat rows, each with the bytes each host sent (at least the payload:
-    # 2(h-1)/h with h = 2), and its ratio to the floor.
+def skip_without_netns():
+    """Skips the test where namespace hosts cannot be made (not root, no `ip netns`)."""
     from mxhorovod_devtools.netns_hosts import NetnsHosts, NetnsUnavailable
     try:
         with NetnsHosts(1):
             pass
     except NetnsUnavailable as e:
         pytest.skip("no network namespaces: %s" % e)
+
+
+def test_cluster_quick():
+    # Two namespace hosts capped at 1 Gbit/s, a 1 MiB allreduce: the TCP floor, mpi4py and
+    # the default and flat rows, each with the bytes each host sent (at least the payload:
+    # 2(h-1)/h with h = 2), and its ratio to the floor.
+    skip_without_netns()
     env = dict(os.environ, OMP_NUM_THREADS="1")
     proc = subprocess.run([sys.executable, os.path.join(BENCH, "cluster.py"), "--quick"], cwd=ROOT,
                           env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -331,11 +336,6 @@ def test_sync_batch_norm_quick():
 
 
 def test_sync_batch_norm_hosts_quick():
-    from mxhorovod_devtools.netns_hosts import NetnsHosts, NetnsUnavailable
-    try:
-        with NetnsHosts(1):
-            pass
-    except NetnsUnavailable as e:
-        pytest.skip("no network namespaces: %s" % e)
+    skip_without_netns()
     obj = run_script("sync_batch_norm.py", "--hosts", "--rates", "1gbit", timeout=120)
     check_sync_batch_norm(obj, "2 hosts x 1 rank, eth0 capped at 1gbit", 2)

@@ -79,6 +79,8 @@ def test_double_dash_before_the_command():
     (["--tcp=1"], {}, "ignored explicit argument"),
     ([], {"MXHOROVOD_RANK_GUARD": "maybe"}, "MXHOROVOD_RANK_GUARD=maybe: 1 (the default"),
     (["--rank-guard", "--no-rank-guard"], {}, "not allowed with"),
+    ([], {"MXHOROVOD_HOROVOD_ALIAS": "maybe"}, "MXHOROVOD_HOROVOD_ALIAS=maybe: 1 (horovod.mxnet"),
+    (["--horovod-alias", "--no-horovod-alias"], {}, "not allowed with"),
 ])
 def test_bad_launch_flags(argv, environ, message, capsys):
     with pytest.raises(SystemExit) as e:

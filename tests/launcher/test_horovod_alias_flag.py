@@ -6,7 +6,7 @@ import os
 import pytest
 
 from mxhorovod_devtools.mpirun import REPO
-from mxhorovodrun.args import build_parser, parse_args
+from mxhorovodrun.args import build_parser
 from mxhorovodrun.horovod_alias import alias_path, alias_pythonpath
 from mxhorovodrun.launch import main
 from mxhorovodrun.mpi import HYDRA, OPEN_MPI
@@ -50,17 +50,6 @@ def test_alias_pythonpath_keeps_the_order():
     # An empty entry is the current folder for Python: kept.
     assert alias_pythonpath("/x::/al:/y", "/al") == "/al:/x::/y"
     assert alias_pythonpath(":", "/al") == "/al::"
-
-
-@pytest.mark.parametrize("argv,environ,message", [
-    ([], {"MXHOROVOD_HOROVOD_ALIAS": "maybe"}, "MXHOROVOD_HOROVOD_ALIAS=maybe: 1 (horovod.mxnet"),
-    (["--horovod-alias", "--no-horovod-alias"], {}, "not allowed with"),
-])
-def test_bad_alias_settings(argv, environ, message, capsys):
-    with pytest.raises(SystemExit) as e:
-        parse_args(["-np", "2"] + argv + ["python", "t.py"], environ=environ)
-    assert e.value.code == 2
-    assert message in capsys.readouterr().err
 
 
 def test_help_names_the_flag_and_the_variable():
