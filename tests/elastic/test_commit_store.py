@@ -85,7 +85,7 @@ def test_every_shared_name_taken_falls_back_to_home(tmp_path, monkeypatch, warni
 @needs_root
 def test_every_shared_name_taken_uses_the_jobs_own_name(tmp_path, monkeypatch, warnings_seen):
     names = _take_every_shared_name(tmp_path)
-    monkeypatch.setattr(store, "_shared_root", lambda: str(tmp_path))
+    monkeypatch.setattr(commit_dir, "_shared_root", lambda: str(tmp_path))
     monkeypatch.setenv("HOME", str(tmp_path / "no-home"))
     s = CommitStore("mxh-0123456789ab")
     assert s.base == names[0] + "-mxh-0123456789ab" and mode(s.base) == 0o700
@@ -122,7 +122,7 @@ def _old(path, seconds):
 
 @needs_root
 def test_other_jobs_stale_folders_are_swept(tmp_path, monkeypatch):
-    monkeypatch.setattr(store, "_ttl", [])
+    monkeypatch.setattr(commit_dir, "_ttl", [])
     monkeypatch.setenv("MXHOROVOD_ELASTIC_COMMIT_TTL", "3600")
     base, shared = tmp_path / "named", tmp_path / "shm"
     jobs = {}
@@ -142,7 +142,7 @@ def test_other_jobs_stale_folders_are_swept(tmp_path, monkeypatch):
     old_base = "mxhorovod-elastic-%d-mxh-00000000000f" % os.geteuid()  # a per-job folder
     os.makedirs(str(shared / old_base / "mxh-00000000000f"))
     _old(shared / old_base, 7200)
-    monkeypatch.setattr(store, "_shared_root", lambda: str(shared))
+    monkeypatch.setattr(commit_dir, "_shared_root", lambda: str(shared))
     monkeypatch.setenv("MXHOROVOD_ELASTIC_COMMIT_DIR", str(base))
     CommitStore("mxh-0000000000aa")
     assert sorted(os.listdir(str(base))) == ["keep-me", "mxh-00000000000b", "mxh-00000000000c",
