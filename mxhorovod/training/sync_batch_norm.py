@@ -2,10 +2,13 @@
 
 The layer is an MXNet Python custom operator (``mx.operator.CustomOp``): MXNet runs its
 forward and backward on its own pool of threads for custom operators, not on an engine
-worker, and each call only pushes work (NDArray operations, the extension's asynchronous
-allreduce) whose results the outputs depend on; it never waits for the peers. MXNet completes the
-operator once every array handed to the call has been written (docs/design.md,
-"SyncBatchNorm"). Collectives are named per layer and direction, never by order:
+worker, and each call only pushes work whose results the outputs depend on: the
+extension's engine operations for the local arithmetic (``_core.sync_bn``,
+src/mxnet/sync_bn_op.h: they take no shared resource of the engine, so a layer's way to its
+collective never waits behind another layer's) and its asynchronous allreduce. It never
+waits for the peers. MXNet completes the operator once every array handed to the call has
+been written (docs/design.md, "SyncBatchNorm"). Collectives are named per layer and
+direction, never by order:
 
 - forward: ``SyncBatchNorm.<layer>.forward`` (one grouped allreduce of two tensors:
   ``.0`` a per-channel array in the input's dtype, whose shape and dtype the peers must
@@ -226,7 +229,7 @@ class _SyncBatchNormOp(mx.operator.CustomOp):
         self.slot = None  # the backward slot of the last forward, until its backward
         self.batch_stats = False  # the last forward normalized with the batch's statistics
         self.alone = False  # ... of a set of one rank: no collective
-        self.count = self.mean = self.var = None  # the last forward's statistics
+        self.stats = self.mean = self.var = None  # the last forward's statistics
 
     def _slot_table(self):
         key = (self.p.layer, self.p.process_set)
@@ -240,126 +243,100 @@ class _SyncBatchNormOp(mx.operator.CustomOp):
         axis = p.axis(x)
         c = x.shape[axis]
         self.batch_stats = bool(is_train) and not p.use_global_stats
-        acc = gamma.dtype  # float32 for float16 input (gluon keeps the parameters float32)
         table = self._slot_table()
         if self.slot is not None:  # a reused pass (static_shape): its backward is done
             table.release(self.slot)
             self.slot = None
+        out = out_data[0]
+        out_req = _REQ[req[0]]
+        if out_req == _NULL:  # nothing asked of the output: the statistics still count
+            out, out_req = mx.nd.empty(x.shape, dtype=x.dtype), _WRITE
+        arrays = dict(x=x, gamma=gamma, beta=beta, mean=moving_mean, var=moving_var, out=out)
         if not self.batch_stats:
-            mean, var = moving_mean, moving_var
-        else:
-            ps = _process_set_of(p.process_set)
-            what = "SyncBatchNorm '%s'" % p.layer
-            pid = set_id(ps, what)
-            if pid != 0 and ps.included() is False:
-                raise InvalidArgumentError("%s: this rank is not in its process set (ranks %s)"
-                                           % (what, ps.ranks))
-            xa = x.astype(acc, copy=False)
-            n = x.size // c
-            bshape = [1] * x.ndim
-            bshape[axis] = c
-            # This rank's mean, and its squared deviations from it (two passes: no
-            # cancellation); the ranks add count, sum and sum of squares (rebuilt as n * mean
-            # and M2 + n * mean^2) in float64, where var = E[x^2] - E[x]^2 loses only
-            # 1e-16 * mean^2 / var (float32 sums of x and x^2 gave a channel of mean 100
-            # and std 0.01 a variance of 0).
-            s1 = mx.nd.sum(xa, axis=axis, exclude=True)
-            mine = s1 / max(n, 1)
-            m2 = mx.nd.sum(mx.nd.square(mx.nd.broadcast_sub(xa, mine.reshape(bshape))),
-                           axis=axis, exclude=True)
-            mine64 = mine.astype("float64")  # n * mine, not s1: the same mean in both sums
-            local = mx.nd.concat(mx.nd.full((1,), n, dtype="float64"), mine64 * n,
-                                 m2.astype("float64") + mine64 * mine64 * n, dim=0)
-            self.alone = set_size(ps, what) == 1
-            if not self.alone:
-                if self.recording or self.forwards:  # a backward may come
-                    self.slot = table.take()
-                # The input's channels and dtype, which the core checks against the peers'.
-                shape_and_dtype = mx.nd.zeros((c,), dtype=x.dtype)
-                with gradient_reduction():  # never wait here for the arrays' layout
-                    grouped_allreduce_([shape_and_dtype, local], op=Sum, process_set=ps,
-                                       name="SyncBatchNorm.%s.forward" % p.layer)
-            moments = mx.nd.broadcast_div(local[1:].reshape((2, c)), local[0:1])
-            mean = moments[0].astype(acc)
-            var = mx.nd.relu(moments[1] - mx.nd.square(moments[0])).astype(acc)  # biased
-            self.count = local[0:1].astype(acc)
-            for running, stat in ((moving_mean, mean), (moving_var, var)):
-                running *= p.momentum
-                running += stat * (1 - p.momentum)
+            self.mean, self.var = moving_mean, moving_var
+            _push(_FORWARD, arrays, p, axis, out_req=out_req, batch_stats=False)
+            self.forwards += 1
+            return
+        ps = _process_set_of(p.process_set)
+        what = "SyncBatchNorm '%s'" % p.layer
+        pid = set_id(ps, what)
+        if pid != 0 and ps.included() is False:
+            raise InvalidArgumentError("%s: this rank is not in its process set (ranks %s)"
+                                       % (what, ps.ranks))
+        # count, n * mean and M2 + n * mean^2 per channel (float64, M2 from a second pass:
+        # no cancellation): summed over the ranks, the count, sum and sum of squares.
+        stats = mx.nd.empty((1 + 2 * c,), dtype="float64")
+        _push(_STATS, dict(x=x, stats=stats), p, axis)
+        self.alone = set_size(ps, what) == 1
+        if not self.alone:
+            if self.recording or self.forwards:  # a backward may come
+                self.slot = table.take()
+            # The input's channels and dtype, which the core checks against the peers'.
+            shape_and_dtype = mx.nd.zeros((c,), dtype=x.dtype)
+            with gradient_reduction():  # never wait here for the arrays' layout
+                grouped_allreduce_([shape_and_dtype, stats], op=Sum, process_set=ps,
+                                   name="SyncBatchNorm.%s.forward" % p.layer)
+        acc = gamma.dtype  # float32 for float16 input (gluon keeps the parameters float32)
+        self.mean = mx.nd.empty((c,), dtype=acc)
+        self.var = mx.nd.empty((c,), dtype=acc)
+        self.stats = stats
+        arrays.update(stats=stats, saved_mean=self.mean, saved_var=self.var)
+        _push(_FORWARD, arrays, p, axis, out_req=out_req, batch_stats=True)
         self.forwards += 1
-        self.mean, self.var = mean, var
-        # y = x * scale + shift per channel, scale = gamma / sqrt(var + eps), shift = beta -
-        # mean * scale, with broadcast operators: MXNet's own BatchNorm (an MKLDNN kernel)
-        # would write the output array in MKLDNN's blocked layout, which the caller, handed
-        # the same memory as a plain array, read scrambled.
-        bshape = [1] * x.ndim
-        bshape[axis] = c
-        g = mx.nd.ones_like(gamma) if p.fix_gamma else gamma
-        scale = g * mx.nd.rsqrt(var + p.eps)
-        shift = beta - mean * scale
-        scaled = mx.nd.broadcast_mul(x.astype(acc, copy=False), scale.reshape(bshape))
-        if req[0] in ("write", "inplace") and acc == x.dtype:
-            mx.nd.broadcast_add(scaled, shift.reshape(bshape), out=out_data[0])
-        else:
-            y = mx.nd.broadcast_add(scaled, shift.reshape(bshape))
-            self.assign(out_data[0], req[0], y.astype(x.dtype, copy=False))
 
     def backward(self, req, out_grad, in_data, out_data, in_grad, aux):
         p = self.p
         x, gamma, _ = in_data
-        acc = gamma.dtype
         axis = p.axis(x)
         c = x.shape[axis]
-        bshape = [1] * x.ndim
-        bshape[axis] = c
-        xa = x.astype(acc, copy=False)
-        dy = out_grad[0].astype(acc, copy=False)
         # The statistics of the forward (the running ones at this backward, as BatchNorm).
         mean, var = (self.mean, self.var) if self.batch_stats else aux
-        invstd = mx.nd.rsqrt(var + p.eps)
-        xhat = mx.nd.broadcast_mul(mx.nd.broadcast_sub(xa, mean.reshape(bshape)),
-                                   invstd.reshape(bshape))
-        sum_dy = mx.nd.sum(dy, axis=axis, exclude=True)
-        sum_dy_xhat = mx.nd.sum(dy * xhat, axis=axis, exclude=True)
+        sums = mx.nd.empty((2 * c,), dtype="float64")
+        arrays = dict(x=x, dy=out_grad[0], mean=mean, var=var, grad_sums=sums)
         # gamma and beta: this rank's part (the trainer's allreduce adds the ranks' parts).
-        if not p.fix_gamma:
-            self.assign(in_grad[1], req[1], sum_dy_xhat)
-        elif req[1] != "null":
-            self.assign(in_grad[1], req[1], mx.nd.zeros_like(sum_dy_xhat))
-        self.assign(in_grad[2], req[2], sum_dy)
-        if self.batch_stats:
-            # Also when this rank's input needs no gradient: the peers' may.
-            total = mx.nd.concat(sum_dy, sum_dy_xhat, dim=0)
-            if not self.alone:
-                table = self._slot_table()
-                slot = self.slot
-                if slot is None:  # a forward made outside record(): no peer waits on a slot
-                    slot = table.take()
-                with gradient_reduction():
-                    allreduce_(total, name="SyncBatchNorm.%s.backward.%d" % (p.layer, slot),
-                               op=Sum, process_set=_process_set_of(p.process_set))
-                table.release(slot)
-                self.slot = None
+        gamma_req, beta_req = _REQ[req[1]], _REQ[req[2]]
+        if gamma_req != _NULL:
+            arrays["gamma_grad"] = in_grad[1]
+        if beta_req != _NULL:
+            arrays["beta_grad"] = in_grad[2]
+        _push(_GRAD_SUMS, arrays, p, axis, gamma_req=gamma_req, beta_req=beta_req)
         if req[0] == "null":
             # MXNet ends the operator once the arrays it handed over are written, and may
-            # then reuse the input's memory: when no input gradient depends on the sums
-            # (and gamma's or beta's may not be asked for either), wait for these readers
-            # of the input and of dy here (local work, no peer involved).
-            sum_dy.wait_to_read()
-            sum_dy_xhat.wait_to_read()
+            # then reuse the input's memory: with no input gradient to write, wait here for
+            # this read of the input and of dy (local work, no peer involved).
+            sums.wait_to_read()
+        if self.batch_stats and not self.alone:
+            # Also when this rank's input needs no gradient: the peers' may.
+            table = self._slot_table()
+            slot = self.slot
+            if slot is None:  # a forward made outside record(): no peer waits on a slot
+                slot = table.take()
+            with gradient_reduction():
+                allreduce_(sums, name="SyncBatchNorm.%s.backward.%d" % (p.layer, slot),
+                           op=Sum, process_set=_process_set_of(p.process_set))
+            table.release(slot)
+            self.slot = None
+        if req[0] == "null":
             return
-        g = mx.nd.ones_like(gamma) if p.fix_gamma else gamma
-        scale = (g * invstd).reshape(bshape)
+        arrays = dict(x=x, dy=out_grad[0], mean=mean, var=var, gamma=gamma, out=in_grad[0])
         if self.batch_stats:
-            means = mx.nd.broadcast_div(total.reshape((2, c)), self.count)
-            dx = mx.nd.broadcast_sub(dy, means[0].reshape(bshape)) - \
-                mx.nd.broadcast_mul(xhat, means[1].reshape(bshape))
-        else:
-            dx = dy
-        if req[0] in ("write", "inplace") and dx.dtype == x.dtype:
-            mx.nd.broadcast_mul(dx, scale, out=in_grad[0])
-        else:
-            self.assign(in_grad[0], req[0], mx.nd.broadcast_mul(dx, scale).astype(x.dtype, copy=False))
+            arrays.update(grad_sums=sums, stats=self.stats)
+        _push(_GRAD_INPUT, arrays, p, axis, out_req=_REQ[req[0]], batch_stats=self.batch_stats)
+
+
+# The steps of _core.sync_bn (src/mxnet/sync_bn_op.h) and MXNet's requests as it takes them.
+_STATS, _FORWARD, _GRAD_SUMS, _GRAD_INPUT = range(4)
+_NULL, _WRITE, _ADD = range(3)
+_REQ = {"null": _NULL, "write": _WRITE, "inplace": _WRITE, "add": _ADD}
+
+
+def _push(step, arrays, p, axis, out_req=_WRITE, batch_stats=True, gamma_req=_NULL,
+          beta_req=_NULL):
+    """One step of the layer's local arithmetic, pushed as an engine operation that takes no
+    shared resource (a reduction by MXNet's own operators would take one of the engine's
+    temporary spaces; see src/mxnet/sync_bn_op.h)."""
+    _core.sync_bn(step, {k: a.handle.value for k, a in arrays.items()}, axis, p.eps,
+                  p.momentum, p.fix_gamma, batch_stats, out_req, gamma_req, beta_req, p.layer)
 
 
 @mx.operator.register(OP_TYPE)

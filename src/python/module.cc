@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "mxnet/engine_op.h"
 #include "mxnet/ndarray.h"
 #include "mxnet/shared_array.h"
+#include "mxnet/sync_bn_op.h"
 #include "ops/link_pace.h"
 
 namespace py = pybind11;
@@ -161,6 +163,38 @@ PYBIND11_MODULE(_core, m) {
   }, py::arg("src"), py::arg("dst"), py::arg("priority") = 0, py::arg("name") = std::string(),
   "mx.nd.cast(src, out=dst) between float32 and float16, by the F16C kernels; `name` "
   "(the tensor's) names it in the error of a cast that fails when it runs");
+  m.def("sync_bn", [](int step, py::dict arrays, int axis, double eps, float momentum,
+                      bool fix_gamma, bool batch_stats, int out_req, int gamma_req, int beta_req,
+                      const std::string& layer) {
+    mx::SyncBNArrays a;
+    void** slots = reinterpret_cast<void**>(&a);
+    static const char* const names[] = {"x", "dy", "gamma", "beta", "mean", "var", "stats",
+                                        "grad_sums", "saved_mean", "saved_var", "out",
+                                        "gamma_grad", "beta_grad"};
+    for (auto item : arrays) {
+      const std::string key = item.first.cast<std::string>();
+      const auto at = std::find_if(std::begin(names), std::end(names),
+                                   [&](const char* n) { return key == n; });
+      if (at == std::end(names)) throw py::value_error("sync_bn: no array slot '" + key + "'");
+      slots[at - std::begin(names)] = H(item.second.cast<uintptr_t>());
+    }
+    mx::SyncBNParams p;
+    p.axis = axis;
+    p.eps = eps;
+    p.momentum = momentum;
+    p.fix_gamma = fix_gamma;
+    p.batch_stats = batch_stats;
+    p.out_req = static_cast<mx::SyncBNReq>(out_req);
+    p.gamma_req = static_cast<mx::SyncBNReq>(gamma_req);
+    p.beta_req = static_cast<mx::SyncBNReq>(beta_req);
+    Status s;
+    {
+      py::gil_scoped_release nogil;  // NaiveEngine runs it before the push returns
+      s = mx::PushSyncBN(static_cast<mx::SyncBNStep>(step), a, p, layer);
+    }
+    Raise(s);
+  }, "SyncBatchNorm's local arithmetic as one engine operation (mxnet/sync_bn_op.h); `arrays` "
+  "maps slot names to NDArray handles, reqs are 0 null, 1 write, 2 add");
   // A DLPack capsule ("dltensor", for mx.nd.from_dlpack) of a zero-filled flat array the
   // peers on this host can map, or None when none can be made.
   m.def("shared_array", [](int64_t elements, int code, int bits) -> py::object {
