@@ -80,16 +80,16 @@ def to_input(images, dtype="float32"):
 
 
 def evaluate(net, images, labels, batch_size, dtype="float32"):
-    """(correct, seen) on this rank's share of the test set, summed over all ranks."""
+    """(correct, seen) over the whole test set: each rank evaluates its share, and
+    hvd.DistributedMetric combines the ranks' counts."""
     idx = eval_shard(len(labels), hvd.size(), hvd.rank())
-    correct = 0
+    metric = hvd.DistributedMetric(mx.metric.Accuracy())
     for start in range(0, len(idx), batch_size):
         sel = idx[start:start + batch_size]
         out = net(to_input(mx.nd.array(images[sel], dtype="uint8"), dtype))
-        correct += int((out.argmax(axis=1).asnumpy() == labels[sel]).sum())
-    counts = mx.nd.array([correct, len(idx)], dtype="int64")
-    counts = hvd.allreduce(counts, op=hvd.Sum, name="eval.counts").asnumpy()
-    return int(counts[0]), int(counts[1])
+        metric.update([mx.nd.array(labels[sel])], [out])
+    _, acc = metric.get()  # a collective: every rank calls it
+    return int(round(acc * len(labels))), len(labels)
 
 
 def main(argv=None):

@@ -24,6 +24,7 @@ from mxhorovod.common.errors import InvalidArgumentError
 from mxhorovod.common.process_sets import (ProcessSet, add_process_set, global_process_set,
                                            remove_process_set)
 from mxhorovod.training.compression import Compression
+from mxhorovod.training.metric import DistributedMetric
 from mxhorovod.training.optimizer import DistributedOptimizer, split_list
 from mxhorovod.training.sync_batch_norm import SyncBatchNorm
 from mxhorovod.training.trainer import DistributedTrainer
@@ -62,5 +63,5 @@ __all__ = [
     # timeline
     "start_timeline", "stop_timeline",
     # ours
-    "InvalidArgumentError", "SyncBatchNorm",
+    "InvalidArgumentError", "SyncBatchNorm", "DistributedMetric",
 ]
