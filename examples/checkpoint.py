@@ -6,7 +6,6 @@ as well. A checkpoint of epoch E is ``<dir>/<name>-<E:04d>.params`` (parameters)
 update counts and schedule) and ``<dir>/<name>-latest.txt`` holding E, written last.
 """
 import os
-import tempfile
 
 import mxhorovod as hvd
 
@@ -54,33 +53,20 @@ def latest_epoch(directory, name):
     return hvd.broadcast_object(epoch, root_rank=0, name="checkpoint.epoch")
 
 
-def _broadcast_file(path, tag):
-    """Rank 0's file bytes, written to a local temporary file on every rank."""
-    data = None
-    if hvd.rank() == 0:
-        with open(path, "rb") as f:
-            data = f.read()
-    data = hvd.broadcast_object(data, root_rank=0, name="checkpoint." + tag)
-    fd, local = tempfile.mkstemp(suffix="." + tag)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    return local
-
-
 def resume_gluon(directory, name, epoch, net, trainer):
-    """Load epoch ``epoch`` on rank 0 and broadcast parameters and trainer states to all.
+    """Load epoch ``epoch`` on rank 0 and broadcast parameters and trainer states to all
+    (``hvd.broadcast_optimizer_state``: the optimizer, its update counts and schedule, and
+    every parameter's states).
 
     ``net`` must be initialized (shapes known) on every rank.
     """
     params, states = _paths(directory, name, epoch)
     if hvd.rank() == 0:
         net.load_parameters(params)
+        trainer.load_states(states)
     hvd.broadcast_parameters(net.collect_params(), root_rank=0, prefix="checkpoint.params.")
-    local = _broadcast_file(states, "states")
-    try:
-        trainer.load_states(local)
-    finally:
-        os.remove(local)
+    # The optimizer, its update counts and schedule, and the states of every parameter.
+    hvd.broadcast_optimizer_state(trainer, root_rank=0)
 
 
 def resume_module(directory, name, epoch, module):

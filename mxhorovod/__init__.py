@@ -26,6 +26,7 @@ from mxhorovod.common.process_sets import (ProcessSet, add_process_set, global_p
 from mxhorovod.training.compression import Compression
 from mxhorovod.training.metric import DistributedMetric
 from mxhorovod.training.optimizer import DistributedOptimizer, split_list
+from mxhorovod.training.optimizer_state import broadcast_optimizer_state
 from mxhorovod.training.sync_batch_norm import SyncBatchNorm
 from mxhorovod.training.trainer import DistributedTrainer
 from mxhorovod.training import patches as _patches
@@ -58,7 +59,8 @@ __all__ = [
     # process sets
     "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
     # training
-    "DistributedOptimizer", "DistributedTrainer", "broadcast_parameters", "broadcast_object",
+    "DistributedOptimizer", "DistributedTrainer", "broadcast_parameters",
+    "broadcast_optimizer_state", "broadcast_object",
     "allgather_object", "Compression", "split_list",
     # timeline
     "start_timeline", "stop_timeline",

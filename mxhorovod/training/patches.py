@@ -32,6 +32,7 @@ from mxhorovod.checks.unreduced import mark_reduced, needs_reduction, reduced_be
 from mxhorovod.common.process_sets import global_process_set, outside, set_size
 from mxhorovod.training.kvstore import Horovod
 from mxhorovod.training.optimizer import DistributedOptimizer
+from mxhorovod.training.optimizer_state import counts_for_devices, install_optimizer
 
 __all__ = ["install", "install_kvstore_alias", "install_local_save_states",
            "install_trainer_agreement", "install_load_states", "install_module_layout_check"]
@@ -283,20 +284,13 @@ def install_load_states():
         original(self, fname)
         loaded = self._optimizer
         inner = loaded._optimizer if isinstance(loaded, DistributedOptimizer) else loaded
-        if isinstance(before, DistributedOptimizer):
-            object.__setattr__(before, "_optimizer", inner)
-            final = before
-        else:
-            final = inner
-        if final is loaded:
+        # The file's update counts are under its writer's device ids (rank 0's cpu(0));
+        # this rank's may differ (cpu(1)).
+        counts_for_devices(inner, [ctx.device_id for ctx in self._contexts])
+        if not isinstance(before, DistributedOptimizer) and loaded is inner:
             return
-        self._optimizer = final
-        for updater in getattr(self, "_updaters", None) or ():
-            updater.optimizer = final
-        kv_updater = getattr(getattr(self, "_kvstore", None), "_updater", None)
-        if self._update_on_kvstore and kv_updater is not None:
-            kv_updater.optimizer = final
-        final.param_dict = {i: param for i, param in enumerate(self._params)}
+        self._optimizer = before  # what install_optimizer keeps: the wrapper, if any
+        install_optimizer(self, inner)
 
     load_states.__doc__ = original.__doc__
     load_states.__wrapped__ = original
