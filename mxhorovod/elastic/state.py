@@ -269,6 +269,9 @@ class GluonState(ObjectState):
             for a in _data(name, p):
                 a[:] = value  # a copy into the array, same dtype: bit for bit
         self._set_trainer_states(self._saved_trainer)
+        accumulation = getattr(self.trainer, "_accumulation", None)
+        if accumulation is not None:  # commits hold no gradients: a partial sum is dropped
+            accumulation.done()
 
     def _set_trainer_states(self, data):
         if self.trainer is None or data is None:

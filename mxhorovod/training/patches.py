@@ -30,6 +30,7 @@ from mxhorovod.checks.batch_check import BatchSizeCheck
 from mxhorovod.checks.layout_check import LayoutCheck, check_one_context, module_rows
 from mxhorovod.checks.unreduced import mark_reduced, needs_reduction, reduced_before_step, was_reduced
 from mxhorovod.common.process_sets import global_process_set, outside, set_size
+from mxhorovod.training.accumulation import install_backward_counter
 from mxhorovod.training.kvstore import Horovod
 from mxhorovod.training.optimizer import DistributedOptimizer
 from mxhorovod.training.optimizer_state import counts_for_devices, install_optimizer
@@ -46,6 +47,7 @@ def install():
     install_trainer_agreement()
     install_load_states()
     install_module_layout_check()
+    install_backward_counter()
 
 
 # --- kvstore 'horovod' ---

@@ -19,6 +19,7 @@ from mxhorovod.common.naming import next_number
 from mxhorovod.common.user_warning import warn_user
 from mxhorovod.common.process_sets import (check_member, global_process_set, outside, set_id,
                                            set_size)
+from mxhorovod.training.accumulation import Accumulation
 from mxhorovod.training.buckets import GradientBuckets
 from mxhorovod.training.compression import Compression, wire_path
 from mxhorovod.training.optimizer import DistributedOptimizer, allreduce_row_sparse_, split_list
@@ -70,6 +71,20 @@ class DistributedTrainer(mx.gluon.Trainer):
             set's size there: docs/horovod_differences.md).
         bucket_cap_mb: keyword only; the most MiB (2**20 bytes) of one bucket, as in DDP
             (default 25); a single larger gradient gets a bucket of its own.
+        backward_passes_per_step: keyword only; k >= 1 (default 1). Gradient accumulation,
+            as Horovod's PyTorch optimizer: run k backward passes (k micro-batches), then
+            call ``step(batch_size)`` once, with ``batch_size`` this rank's samples over
+            the k passes. The gradients add up locally, and one allreduce per k passes
+            averages their sums. That equals one process stepping on the whole batch (every
+            rank, every pass). For k > 1 the trainer owns the gradients: parameters with
+            ``grad_req='write'`` get ``'add'`` when the trainer is made (make it before the
+            first backward), and every gradient is zeroed after each update. The manual
+            pattern works too: ``allreduce_grads()``, clip, ``update(batch_size)``. A step,
+            ``allreduce_grads()`` or ``update()`` after fewer than k passes raises
+            ``ValueError`` saying how many are missing. The count is this process's backward
+            calls (``mx.autograd.backward``, ``NDArray.backward``): with several models
+            training in one process it cannot tell their passes apart. An elastic
+            ``GluonState.restore()`` drops a partial sum (commits hold no gradients).
 
     Parameters with ``grad_req='null'`` are skipped; ``grad_req='add'`` accumulates
     locally and is reduced when ``step``/``allreduce_grads`` is called. row_sparse
@@ -101,7 +116,7 @@ class DistributedTrainer(mx.gluon.Trainer):
     def __init__(self, params, optimizer, optimizer_params=None,
                  compression=Compression.none, gradient_predivide_factor=1.0,
                  prefix=None, num_groups=0, process_set=global_process_set, *,
-                 gradient_as_bucket_view=False, bucket_cap_mb=25):
+                 gradient_as_bucket_view=False, bucket_cap_mb=25, backward_passes_per_step=1):
         if isinstance(optimizer, mx.gluon.Trainer):
             raise TypeError("DistributedTrainer takes an optimizer (name or "
                             "mx.optimizer.Optimizer), not a Trainer")
@@ -148,6 +163,9 @@ class DistributedTrainer(mx.gluon.Trainer):
         self._num_groups = int(num_groups)
         self._process_set = process_set
         set_id(process_set, "DistributedTrainer")  # a registered set (this rank may be outside)
+        # Before the buckets: grad_req 'add' re-creates the gradient arrays.
+        self._accumulation = Accumulation(self._params, backward_passes_per_step) \
+            if backward_passes_per_step != 1 else None
         self._buckets = GradientBuckets(self._params, self._priorities,
                                         int(bucket_cap_mb * 2**20)) \
             if gradient_as_bucket_view else None
@@ -200,12 +218,16 @@ class DistributedTrainer(mx.gluon.Trainer):
         (``UserWarning``; :mod:`mxhorovod.checks.batch_check`, one 64-byte allreduce per step; so are
         ranks stepping with different learning rates or weight decays).
         """
+        if self._accumulation is not None:
+            self._accumulation.check("step")
         self._check_batch_size(batch_size)
         self._agree_on_fresh = bool(ignore_stale_grad)
         try:
             super(DistributedTrainer, self).step(batch_size, ignore_stale_grad)
         finally:
             self._agree_on_fresh = False
+        if self._accumulation is not None:
+            self._accumulation.done()
 
     def update(self, batch_size, ignore_stale_grad=False):
         """``gluon.Trainer.update`` after ``allreduce_grads()``.
@@ -222,10 +244,14 @@ class DistributedTrainer(mx.gluon.Trainer):
                 averaged a stale gradient in, and the ranks would update differently (use
                 ``step(..., ignore_stale_grad=True)``, which handles that case).
         """
+        if self._accumulation is not None:
+            self._accumulation.check("update")
         try:
             self._update_checked(batch_size, ignore_stale_grad)
         finally:
             mark_reduced(self, False)  # also when it raised: the next update must reduce
+        if self._accumulation is not None:
+            self._accumulation.done()
 
     def _update_checked(self, batch_size, ignore_stale_grad):
         distributed = not outside(self._process_set) and \
@@ -263,6 +289,8 @@ class DistributedTrainer(mx.gluon.Trainer):
                                  method, self._optimizer)
 
     def _allreduce_grads(self):
+        if self._accumulation is not None:
+            self._accumulation.check("allreduce_grads")
         if outside(self._process_set):
             return  # a rank outside the set trains on its own gradients (as one process)
         if self._prefix is None:
