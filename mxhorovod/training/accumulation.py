@@ -55,15 +55,26 @@ class Accumulation(object):
         if isinstance(passes, bool) or not isinstance(passes, int) or passes < 1:
             raise ValueError("backward_passes_per_step must be an int >= 1, got %r" % (passes,))
         self.passes = passes
-        self.params = [p for p in params if p.grad_req != "null"]
-        for p in self.params:
+        self.all_params = list(params)
+        for p in self.all_params:
+            if getattr(p, "_grad_stype", "default") != "default":
+                raise ValueError(
+                    "backward_passes_per_step=%d: parameter '%s' has a %s gradient, which "
+                    "MXNet writes only (its sparse operators refuse grad_req='add'): "
+                    "accumulate dense gradients, or use backward_passes_per_step=1"
+                    % (passes, p.name, p._grad_stype))
             if p.grad_req == "write":
                 p.grad_req = "add"  # re-creates the gradient arrays (zeros), before any use
         self.start = backward_passes()
 
+    def params(self):
+        """The parameters whose gradients this trainer uses now (grad_req may change)."""
+        return [p for p in self.all_params if p.grad_req != "null"]
+
     def check(self, method):
         """Raises ValueError when fewer than ``passes`` backward passes ran since the last
-        update."""
+        update, or when a parameter's gradient is written, not added (set after the
+        trainer was made: it holds the last pass only)."""
         done = backward_passes() - self.start
         if done < self.passes:
             raise ValueError(
@@ -72,10 +83,18 @@ class Accumulation(object):
                 "backward passes, then %s(batch_size) with batch_size the samples of all of "
                 "them on this rank" % (method, done, self.passes, self.passes,
                                         self.passes - done, self.passes, method))
+        written = [p.name for p in self.all_params if p.grad_req == "write"]
+        if written:
+            raise ValueError(
+                "DistributedTrainer.%s: with backward_passes_per_step=%d the gradients must "
+                "add up over the passes, but %s ha%s grad_req='write' (set after the trainer "
+                "was made: unfrozen?), which keeps the last pass only. Set grad_req='add' "
+                "instead" % (method, self.passes, ", ".join("'%s'" % w for w in written),
+                             "s" if len(written) == 1 else "ve"))
 
     def done(self):
         """After an update: zero every gradient, count the passes anew."""
-        for p in self.params:
+        for p in self.params():
             if p._grad is not None:
                 p.zero_grad()
         self.start = backward_passes()

@@ -117,6 +117,14 @@ class DistributedMetric(mx.metric.EvalMetric):
     def __str__(self):
         return "DistributedMetric(%s)" % self.metric
 
+    def __getattr__(self, name):
+        # This rank's own state (num_inst, sum_metric, ...) and settings: the wrapped
+        # metric's. Only for names the wrapper lacks.
+        metric = self.__dict__.get("metric")
+        if metric is None or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(metric, name)
+
     # -- local -----------------------------------------------------------------------
     def update(self, *args, **kwargs):
         """Updates the wrapped metric with this rank's batch (local: no collective). Takes
@@ -185,7 +193,9 @@ class DistributedMetric(mx.metric.EvalMetric):
         for k, m in enumerate(_leaves(combined)):
             for j, f in enumerate(_FIELDS):
                 value = total[k * len(_FIELDS) + j]
-                setattr(m, f, int(round(value)) if "num_inst" in f else float(value))
+                kept = getattr(m, f, 0)  # a count may be a float (CustomMetric's feval)
+                setattr(m, f, int(value) if isinstance(kept, int) and value == int(value)
+                        else float(value))
         return combined, combined
 
     def get(self):

@@ -47,16 +47,23 @@ def install_optimizer(trainer, optimizer):
         final = optimizer
     trainer._optimizer = final
     for updater in getattr(trainer, "_updaters", None) or ():
-        updater.optimizer = final
+        _set_updater_optimizer(updater, final)
     kv_updater = getattr(getattr(trainer, "_kvstore", None), "_updater", None)
     if trainer._update_on_kvstore and kv_updater is not None:
-        kv_updater.optimizer = final
+        _set_updater_optimizer(kv_updater, final)
     final.param_dict = {i: param for i, param in enumerate(trainer._params)}
     return final
 
 
+def _set_updater_optimizer(updater, optimizer):
+    # The Updater batches its calls when its optimizer was made with aggregate_num > 0
+    # (SGD): kept for another optimizer (Adam), it passed lists to Adam.update.
+    updater.optimizer = optimizer
+    updater.aggregate_updates = getattr(optimizer, "aggregate_num", 0) > 0
+
+
 def _targets(target):
-    """(the optimizer, [(updater, device id, {index: weight})], trainer or None)."""
+    """(the optimizer, [(updater, its device ids, {index: weight})], trainer or None)."""
     if isinstance(target, mx.gluon.Trainer):
         if getattr(target, "_kv_initialized", False) and target._update_on_kvstore:
             raise ValueError("broadcast_optimizer_state: this Trainer updates on its kvstore "
@@ -75,7 +82,7 @@ def _targets(target):
                         "after hvd.broadcast_parameters() of initialized parameters"
                         % param.name)
                 weights[i] = param.list_data()[k]
-            updaters.append((updater, ctx.device_id, weights))
+            updaters.append((updater, [ctx.device_id], weights))
         return target._optimizer, updaters, target
     if isinstance(target, mx.mod.Module):
         if not target.optimizer_initialized:
@@ -86,13 +93,17 @@ def _targets(target):
             raise ValueError("broadcast_optimizer_state: this Module updates on its kvstore "
                              "(update_on_kvstore), whose states live in the kvstore server")
         names = target._exec_group.param_names
-        weights = {}
         arrays = target._exec_group.param_arrays
+        nd = len(target._context)
+        # One updater for every device: index i * nd + k is parameter i on context k.
+        weights = {}
         for i, name in enumerate(names):
             if target._exec_group.grad_req.get(name, "write") == "null":
                 continue
-            weights[i * len(target._context)] = arrays[i][0]
-        return target._optimizer, [(updater, target._context[0].device_id, weights)], None
+            for k in range(nd):
+                weights[i * nd + k] = arrays[i][k]
+        return target._optimizer, [(updater, [c.device_id for c in target._context], weights)], \
+            None
     if isinstance(target, mx.optimizer.Optimizer):
         return target, [], None
     raise TypeError("broadcast_optimizer_state: expected a gluon.Trainer (DistributedTrainer "
@@ -172,7 +183,7 @@ def broadcast_optimizer_state(target, root_rank=0, process_set=global_process_se
             "shapes or dtypes) than root rank %d: the optimizers do not hold the same model"
             % (differ, root_rank))
     inner = _inner(optimizer)
-    positions = [d for _, d, _ in updaters if d is not None]
+    positions = [d for _, ids, _ in updaters for d in ids]
     root_counts = [dict(inner._all_index_update_counts.get(d, {})) for d in positions]
     sent = broadcast_object((copy.copy(inner), root_counts), root_rank=root_rank,
                             name="broadcast_optimizer_state.optimizer",
@@ -187,7 +198,7 @@ def broadcast_optimizer_state(target, root_rank=0, process_set=global_process_se
             optimizer = install_optimizer(trainer, new_inner)
         elif isinstance(target, mx.mod.Module):
             target._optimizer = _rewrap(optimizer, new_inner)
-            target._updater.optimizer = target._optimizer
+            _set_updater_optimizer(target._updater, target._optimizer)
             new_inner.param_dict = getattr(inner, "param_dict", {})
             new_inner.idx2name = getattr(inner, "idx2name", {})
             optimizer = target._optimizer
@@ -196,9 +207,13 @@ def broadcast_optimizer_state(target, root_rank=0, process_set=global_process_se
                     if hasattr(inner, k)}
             inner.__dict__.update(new_inner.__dict__)
             inner.__dict__.update(kept)
+    root = rank() == root_rank
     for k, (updater, _, weights) in enumerate(updaters):
         for i, weight in weights.items():
-            if i not in updater.states:
+            # Elsewhere than on the root, every state is made anew by the root's optimizer:
+            # the structure of the root's states (Adam's two arrays where this rank's own
+            # optimizer kept SGD's one), to be overwritten by them.
+            if not root or i not in updater.states:
                 updater.states[i] = updater.optimizer.create_state_multi_precision(i, weight)
                 updater.states_synced[i] = True
         for i in sorted(weights):

@@ -289,10 +289,10 @@ def install_load_states():
         # The file's update counts are under its writer's device ids (rank 0's cpu(0));
         # this rank's may differ (cpu(1)).
         counts_for_devices(inner, [ctx.device_id for ctx in self._contexts])
-        if not isinstance(before, DistributedOptimizer) and loaded is inner:
-            return
+        if not isinstance(before, DistributedOptimizer):
+            before = inner
         self._optimizer = before  # what install_optimizer keeps: the wrapper, if any
-        install_optimizer(self, inner)
+        install_optimizer(self, inner)  # also the updaters' batching, for the file's optimizer
 
     load_states.__doc__ = original.__doc__
     load_states.__wrapped__ = original

@@ -97,6 +97,32 @@ for call in (lambda: trainer.step(B), lambda: trainer.allreduce_grads(),
 backward(net, x[0, r * B:(r + 1) * B], y[0, r * B:(r + 1) * B])
 trainer.step(2 * B)  # now 2 passes: fine
 
+# A parameter unfrozen after the trainer was made (grad_req='write'): its gradient kept the
+# last pass only; refused, naming it.
+frozen = mlp("acc_frozen_")
+first = list(frozen.collect_params().values())[0]
+first.grad_req = "null"
+ft = hvd.DistributedTrainer(frozen.collect_params(), "sgd", backward_passes_per_step=2)
+first.grad_req = "write"
+for _ in range(2):
+    backward(frozen, x[0, r * B:(r + 1) * B], y[0, r * B:(r + 1) * B])
+try:
+    ft.step(2 * B)
+except ValueError as e:
+    assert "'%s' has grad_req='write'" % first.name in str(e), str(e)
+else:
+    raise AssertionError("rank %d: a written gradient accumulated" % r)
+
+# row_sparse gradients cannot be added up in MXNet: refused when the trainer is made.
+emb = gluon.nn.Embedding(10, 4, sparse_grad=True, prefix="acc_emb_")
+emb.initialize()
+try:
+    hvd.DistributedTrainer(emb.collect_params(), "sgd", backward_passes_per_step=2)
+except ValueError as e:
+    assert "'acc_emb_weight' has a row_sparse gradient" in str(e), str(e)
+else:
+    raise AssertionError("rank %d: row_sparse accumulation accepted" % r)
+
 try:
     hvd.DistributedTrainer(mlp("acc_bad_").collect_params(), "sgd", backward_passes_per_step=0)
 except ValueError as e:

@@ -101,6 +101,19 @@ for what, make, kind in CASES:
     leaves = wrapped.metrics if isinstance(wrapped, mx.metric.CompositeEvalMetric) else [wrapped]
     assert all(m.num_inst == 0 for m in leaves), (r, what)
 
+# A count that is not an integer (a CustomMetric's weights) stays as it is; the wrapper
+# shows this rank's own state.
+weighted = lambda: mx.metric.CustomMetric(  # noqa: E731
+    lambda l, p: (float(np.abs(l - p).sum()), 0.37 * len(l)), name="weighted")
+metric, ref = hvd.DistributedMetric(weighted()), weighted()
+for rank in range(n):
+    for labels, preds in batches(rank, "regression"):
+        ref.update(labels, preds)
+        if rank == r:
+            metric.update(labels, preds)
+assert metric.num_inst == metric.metric.num_inst > 0, r
+same(metric.get(), ref.get(), "weighted counts")
+
 # GluonCV's VOC mAP: records kept by the metric, five arguments to update.
 metric = hvd.DistributedMetric(VOC07MApMetric(iou_thresh=0.5, class_names=["a", "b", "c"]))
 ref = VOC07MApMetric(iou_thresh=0.5, class_names=["a", "b", "c"])

@@ -133,6 +133,47 @@ assert abs(inner.lr - 0.1) < 1e-12, (r, inner.lr)
 for i in range(2):
     assert np.all(mod._updater.states[i].asnumpy() == 3.0), (r, i)
 
+# The root loads states of another optimizer (Adam over SGD's momentum): every rank takes
+# Adam and Adam-shaped states, and steps alike.
+pnet = net_on("os_other_", weights0, ctx)
+ptrainer = hvd.DistributedTrainer(pnet.collect_params(), "sgd",
+                                  {"learning_rate": 0.1, "momentum": 0.9})
+train(pnet, ptrainer, range(1), mine)
+if r == 0:
+    ptrainer.load_states(states)  # the Adam trainer's file
+hvd.broadcast_optimizer_state(ptrainer)
+assert type(ptrainer._optimizer).__name__ == "Adam", (r, type(ptrainer._optimizer))
+train(pnet, ptrainer, range(1, 2), mine)
+views = hvd.allgather_object(param_arrays(pnet), name="views.other")
+for v in views:
+    assert_close(v, views[0], LR, "after another optimizer's states")
+
+# A Module on two contexts, updating itself: every device's states and counts.
+os.environ["MXNET_UPDATE_ON_KVSTORE"] = "0"
+two = mx.mod.Module(mx.sym.SoftmaxOutput(mx.sym.FullyConnected(
+    mx.sym.Variable("data"), num_hidden=3, name="fc2"), name="softmax"),
+    context=[mx.cpu(0), mx.cpu(1)])
+two.bind(data_shapes=[("data", (4, 5))], label_shapes=[("softmax_label", (4,))])
+two.init_params(mx.init.Constant(0.1))
+two.init_optimizer(kvstore="local", optimizer="adam", optimizer_params={"learning_rate": 0.01})
+del os.environ["MXNET_UPDATE_ON_KVSTORE"]
+assert two._updater is not None
+batch = mx.io.DataBatch([mx.nd.array(np.full((4, 5), r + 1.0))], [mx.nd.array([0, 1, 2, 0])])
+two.forward_backward(batch)
+two.update()
+if r == 0:
+    for idx, st in two._updater.states.items():
+        for a in st:
+            a[:] = 7.0 + idx
+    for counts in two._optimizer._all_index_update_counts.values():
+        for i in counts:
+            counts[i] = 50
+hvd.broadcast_optimizer_state(two)
+assert {d: dict(c) for d, c in two._optimizer._all_index_update_counts.items() if c} == \
+    {0: {0: 50, 2: 50}, 1: {1: 50, 3: 50}}, (r, two._optimizer._all_index_update_counts)
+for idx, st in two._updater.states.items():
+    assert all(np.all(a.asnumpy() == 7.0 + idx) for a in st), (r, idx)
+
 # Errors, on every rank, before anything is sent.
 late = mlp("os_late_") if r != 1 else None
 if r == 1:
