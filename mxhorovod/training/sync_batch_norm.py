@@ -90,8 +90,9 @@ class SyncBatchNorm(gluon.nn.BatchNorm):
     Difference from ``gluon.nn.BatchNorm``: MXNet's BatchNorm updates the running
     statistics in its backward pass; this layer updates them in its training forward
     pass (MXNet's engine does not order a custom operator's backward before later readers
-    of the statistics). After a forward and its backward they are the same; a training
-    forward that is never differentiated updates them here and not in BatchNorm.
+    of the statistics). For a layer called once per step, after a forward and its
+    backward they are the same; a training forward that is never differentiated updates
+    them here and not in BatchNorm.
 
     Inference (``autograd.predict_mode()``, or a call outside ``record()``) and
     ``use_global_stats=True``: the running statistics normalize, as in BatchNorm, and the
@@ -263,8 +264,8 @@ class _SyncBatchNormOp(mx.operator.CustomOp):
         if pid != 0 and ps.included() is False:
             raise InvalidArgumentError("%s: this rank is not in its process set (ranks %s)"
                                        % (what, ps.ranks))
-        # count, n * mean and M2 + n * mean^2 per channel (float64, M2 from a second pass:
-        # no cancellation): summed over the ranks, the count, sum and sum of squares.
+        # count, n * mean and M2 + n * mean^2 per channel (float64, M2 from a second pass):
+        # summed over the ranks, the count, sum and sum of squares.
         stats = mx.nd.empty((1 + 2 * c,), dtype="float64")
         _push(_STATS, dict(x=x, stats=stats), p, axis)
         self.alone = set_size(ps, what) == 1
