@@ -66,6 +66,7 @@ class Accumulation(object):
             if p.grad_req == "write":
                 p.grad_req = "add"  # re-creates the gradient arrays (zeros), before any use
         self.start = backward_passes()
+        self.checked = False  # check() passed since the last update
 
     def params(self):
         """The parameters whose gradients this trainer uses now (grad_req may change)."""
@@ -75,6 +76,8 @@ class Accumulation(object):
         """Raises ValueError when fewer than ``passes`` backward passes ran since the last
         update, or when a parameter's gradient is written, not added (set after the
         trainer was made: it holds the last pass only)."""
+        if self.checked:  # step() checks, then its allreduce_grads(): once per update
+            return
         done = backward_passes() - self.start
         if done < self.passes:
             raise ValueError(
@@ -91,6 +94,7 @@ class Accumulation(object):
                 "was made: unfrozen?), which keeps the last pass only. Set grad_req='add' "
                 "instead" % (method, self.passes, ", ".join("'%s'" % w for w in written),
                              "s" if len(written) == 1 else "ve"))
+        self.checked = True
 
     def done(self):
         """After an update: zero every gradient, count the passes anew."""
@@ -98,3 +102,4 @@ class Accumulation(object):
             if p._grad is not None:
                 p.zero_grad()
         self.start = backward_passes()
+        self.checked = False

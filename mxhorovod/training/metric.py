@@ -171,19 +171,13 @@ class DistributedMetric(mx.metric.EvalMetric):
                 "DistributedMetric '%s': the ranks' metrics differ: %s" % (self.name, ", ".join(
                     "rank %d has %s" % (r, k[0]) for r, k in zip(ranks, kinds))))
         if self._replay:
-            combined = copy.deepcopy(self._fresh)
-            for _, records in kinds:  # rank order
-                for _, method, args, kwargs in records:
-                    getattr(combined, method)(*_from_numpy(args), **_from_numpy(kwargs))
-            # The local statistics: the updates of this generation only.
-            if self._generation:
-                local = copy.deepcopy(self._fresh)
-                for _, records in kinds:
-                    for generation, method, args, kwargs in records:
-                        if generation == self._generation:
-                            getattr(local, method)(*_from_numpy(args), **_from_numpy(kwargs))
-                return local, combined
-            return combined, combined
+            everything = [record for _, records in kinds for record in records]  # rank order
+            combined = self._replayed(everything)
+            if not self._generation:
+                return combined, combined
+            # The local statistics: the updates since the last reset_local() only.
+            return self._replayed([rec for rec in everything if rec[0] == self._generation]), \
+                combined
         leaves = _leaves(self.metric)
         numbers = mx.nd.array([float(getattr(m, f, 0)) for m in leaves for f in _FIELDS],
                               dtype="float64")
@@ -197,6 +191,13 @@ class DistributedMetric(mx.metric.EvalMetric):
                 setattr(m, f, int(value) if isinstance(kept, int) and value == int(value)
                         else float(value))
         return combined, combined
+
+    def _replayed(self, records):
+        """A fresh copy of the metric given ``records``' updates, in order."""
+        metric = copy.deepcopy(self._fresh)
+        for _, method, args, kwargs in records:
+            getattr(metric, method)(*_from_numpy(args), **_from_numpy(kwargs))
+        return metric
 
     def get(self):
         """``(name, value)`` of the metric over every rank's updates since the last

@@ -39,13 +39,7 @@ def counts_for_devices(optimizer, device_ids):
 def install_optimizer(trainer, optimizer):
     """Makes ``optimizer`` (a plain MXNet optimizer) the one ``trainer`` updates with,
     keeping the Trainer's reduction: inside its DistributedOptimizer if it has one."""
-    before = trainer._optimizer
-    if isinstance(before, DistributedOptimizer):
-        object.__setattr__(before, "_optimizer", optimizer)
-        final = before
-    else:
-        final = optimizer
-    trainer._optimizer = final
+    final = trainer._optimizer = _rewrap(trainer._optimizer, optimizer)
     for updater in getattr(trainer, "_updaters", None) or ():
         _set_updater_optimizer(updater, final)
     kv_updater = getattr(getattr(trainer, "_kvstore", None), "_updater", None)
@@ -189,25 +183,24 @@ def broadcast_optimizer_state(target, root_rank=0, process_set=global_process_se
                             name="broadcast_optimizer_state.optimizer",
                             process_set=process_set)
     new_inner, counts = sent
-    if rank() != root_rank:
+    root = rank() == root_rank
+    if not root:
         new_inner._all_index_update_counts = {d: dict(c) for d, c in zip(positions, counts)}
         if not new_inner._all_index_update_counts:
             new_inner._all_index_update_counts = {0: {}}
         new_inner._set_current_context(positions[0] if positions else 0)
         if trainer is not None:
-            optimizer = install_optimizer(trainer, new_inner)
+            install_optimizer(trainer, new_inner)
         elif isinstance(target, mx.mod.Module):
             target._optimizer = _rewrap(optimizer, new_inner)
             _set_updater_optimizer(target._updater, target._optimizer)
             new_inner.param_dict = getattr(inner, "param_dict", {})
             new_inner.idx2name = getattr(inner, "idx2name", {})
-            optimizer = target._optimizer
         else:  # an Optimizer: its attributes, in place (the caller holds this object)
             kept = {k: getattr(inner, k) for k in ("param_dict", "idx2name", "sym_info")
                     if hasattr(inner, k)}
             inner.__dict__.update(new_inner.__dict__)
             inner.__dict__.update(kept)
-    root = rank() == root_rank
     for k, (updater, _, weights) in enumerate(updaters):
         for i, weight in weights.items():
             # Elsewhere than on the root, every state is made anew by the root's optimizer:
@@ -223,6 +216,7 @@ def broadcast_optimizer_state(target, root_rank=0, process_set=global_process_se
 
 
 def _rewrap(old, new_inner):
+    """``new_inner`` inside ``old``'s DistributedOptimizer if ``old`` is one, else itself."""
     if isinstance(old, DistributedOptimizer):
         object.__setattr__(old, "_optimizer", new_inner)
         return old
