@@ -10,6 +10,7 @@
 from mxhorovod.common import binding as _binding
 _binding.load_extension()
 
+from mxhorovod.collectives.join import join
 from mxhorovod.collectives.objects import allgather_object, broadcast_object, broadcast_parameters
 from mxhorovod.collectives.ops import (Adasum, Average, Max, Min, Product, Sum, allgather,
                                        allreduce, allreduce_, alltoall, broadcast, broadcast_,
@@ -65,5 +66,5 @@ __all__ = [
     # timeline
     "start_timeline", "stop_timeline",
     # ours
-    "InvalidArgumentError", "SyncBatchNorm", "DistributedMetric",
+    "InvalidArgumentError", "SyncBatchNorm", "DistributedMetric", "join",
 ]

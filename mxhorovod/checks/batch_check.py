@@ -14,6 +14,9 @@ The learning rate is the optimizer's ``lr``, or its ``lr_scheduler``'s ``base_lr
 scheduler is never called here.
 A mismatch warns once per trainer, on every rank, naming the step, this rank's value and
 the range over the ranks; NaN on every rank is no mismatch.
+``DistributedTrainer.step`` sends no batch size (it divides by the ranks' total).
+A rank that has joined (``hvd.join()``) adds -inf (mxhorovod's checks only: a public Max
+allreduce fails while a rank is joined, as Horovod's does).
 """
 import collections
 import math
@@ -22,6 +25,7 @@ import weakref
 import mxnet as mx
 import numpy as np
 
+import mxhorovod._core as _core
 from mxhorovod.collectives.ops import Max, allreduce
 from mxhorovod.common.basics import after_local_work, rank
 from mxhorovod.common.user_warning import warn_user
@@ -134,14 +138,20 @@ class BatchSizeCheck(object):
             checks.check_oldest()
         if checks.warned:
             return  # warned once: no more collectives for it
-        size = float(batch_size)
+        # None: not compared (DistributedTrainer.step divides by the ranks' total).
+        size = math.inf if batch_size is None else float(batch_size)
         lr, wd = _lr_and_wd(optimizer)
-        values = ((-math.inf, -math.inf, 1.0, 0.0) if math.isnan(size) else (size, -size, 0.0, 1.0)) \
+        values = ((-math.inf, -math.inf, 0.0, 0.0) if batch_size is None else
+                  (-math.inf, -math.inf, 1.0, 0.0) if math.isnan(size) else (size, -size, 0.0, 1.0)) \
             + _finite_pair(lr) + _finite_pair(wd)
         if values != self._mine[0]:
             self._mine = (values, mx.nd.from_numpy(np.array(values, dtype=np.float64),
                                                    zero_copy=True))
-        result = allreduce(self._mine[1], op=Max, name=name, process_set=process_set)
+        _core.set_join_identity(True)  # a joined rank adds -inf: left out of the range
+        try:
+            result = allreduce(self._mine[1], op=Max, name=name, process_set=process_set)
+        finally:
+            _core.set_join_identity(False)
         checks.pending.append((result, size, lr, wd, self._steps, method))
 
 

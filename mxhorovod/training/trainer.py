@@ -13,7 +13,8 @@ from mxhorovod.checks.agreement import mixed_freshness, zero_stale_where_fresh_e
 from mxhorovod.checks.batch_check import BatchSizeCheck
 from mxhorovod.checks.layout_check import LayoutCheck
 from mxhorovod.checks.unreduced import mark_reduced, needs_reduction
-from mxhorovod.collectives.ops import Average, allreduce_, grouped_allreduce_
+import mxhorovod._core as _core
+from mxhorovod.collectives.ops import Average, Sum, allreduce_, grouped_allreduce_
 from mxhorovod.collectives.submit import gradient_reduction
 from mxhorovod.common.naming import next_number
 from mxhorovod.common.user_warning import warn_user
@@ -26,6 +27,15 @@ from mxhorovod.training.optimizer import DistributedOptimizer, allreduce_row_spa
 
 __all__ = ["DistributedTrainer"]
 
+
+
+def _sample_weight(batch_size):
+    """``batch_size`` as a sample weight: a positive finite float, else 0 (none)."""
+    try:
+        w = float(batch_size)
+    except (TypeError, ValueError):
+        return 0
+    return w if 0 < w < float("inf") else 0
 
 class DistributedTrainer(mx.gluon.Trainer):
     """``gluon.Trainer`` for data-parallel training over all ranks.
@@ -170,12 +180,14 @@ class DistributedTrainer(mx.gluon.Trainer):
                                         int(bucket_cap_mb * 2**20)) \
             if gradient_as_bucket_view else None
         self._batch_check = BatchSizeCheck()
+        self._samples = 0  # in step(): this rank's batch size, the reductions' sample weight
         self._layout_check = LayoutCheck()
 
     def _reduce_kwargs(self):
         f = self._gradient_predivide_factor
-        return dict(op=Average, prescale_factor=1.0 / f, postscale_factor=f,
-                    process_set=self._process_set)
+        # In step(): a Sum weighted by each rank's batch size, divided by their total.
+        return dict(op=Sum if self._samples else Average, prescale_factor=1.0 / f,
+                    postscale_factor=f, process_set=self._process_set)
 
     def _reduction_settings(self):
         """The settings that decide this trainer's collectives (names, factors), which every
@@ -213,19 +225,31 @@ class DistributedTrainer(mx.gluon.Trainer):
         parameter stale everywhere is skipped everywhere. (Horovod averages the stale
         gradients in, and only the fresh ranks update: the ranks' weights drift apart.)
 
-        Every rank must pass the same ``batch_size`` (each divides the averaged gradient by
-        its own): ranks that passed different sizes are warned two steps later, once
-        (``UserWarning``; :mod:`mxhorovod.checks.batch_check`, one 64-byte allreduce per step; so are
-        ranks stepping with different learning rates or weight decays).
+        The gradient is averaged over the samples the ranks processed: each rank's summed
+        gradient is added up and divided by the sum of the ranks' ``batch_size`` (sent with
+        the reduction; a changed size costs one negotiation round). Ranks may pass
+        different sizes (a short last batch), and a rank that has called ``hvd.join()``
+        adds neither gradient nor samples: the step equals one process on the active ranks'
+        concatenated batch. A ``batch_size`` that is not a positive finite number falls
+        back to averaging over the ranks, then dividing by this rank's own size.
+        Ranks stepping with different learning rates or weight decays are warned two steps
+        later, once (``UserWarning``; :mod:`mxhorovod.checks.batch_check`, one 64-byte
+        allreduce per step).
         """
         if self._accumulation is not None:
             self._accumulation.check("step")
-        self._check_batch_size(batch_size)
+        distributed = not outside(self._process_set) and \
+            set_size(self._process_set, "DistributedTrainer") > 1
+        weighted = _sample_weight(batch_size) if distributed else 0
+        self._check_batch_size(None if weighted else batch_size)
         self._agree_on_fresh = bool(ignore_stale_grad)
+        self._samples = weighted
         try:
-            super(DistributedTrainer, self).step(batch_size, ignore_stale_grad)
+            # Divided by the samples' total in the reduction: the update divides by nothing.
+            super(DistributedTrainer, self).step(1 if weighted else batch_size, ignore_stale_grad)
         finally:
             self._agree_on_fresh = False
+            self._samples = 0
         if self._accumulation is not None:
             self._accumulation.done()
 
@@ -320,16 +344,20 @@ class DistributedTrainer(mx.gluon.Trainer):
             (sparse if grad.stype != "default" else dense).append((i, grad))
         # Gradients are never in MKLDNN's layout: the core need not wait for backward.
         self._wire_used = set()
-        with gradient_reduction():
-            self._allreduce_buckets(buckets)
-            if self._num_groups > 0:
-                self._allreduce_grouped(dense)
-            else:
-                kwargs = self._reduce_kwargs()
-                for i, grad in dense:
-                    self._allreduce_one(i, grad, kwargs)
-            for i, grad in sparse:
-                self._allreduce_row_sparse(i, grad)
+        _core.set_sample_weight(self._samples)
+        try:
+            with gradient_reduction():
+                self._allreduce_buckets(buckets)
+                if self._num_groups > 0:
+                    self._allreduce_grouped(dense)
+                else:
+                    kwargs = self._reduce_kwargs()
+                    for i, grad in dense:
+                        self._allreduce_one(i, grad, kwargs)
+                for i, grad in sparse:
+                    self._allreduce_row_sparse(i, grad)
+        finally:
+            _core.set_sample_weight(0)
         # Wire buffers of gradients or buckets gone since (buckets rebound under new
         # numbers): dropped (MXNet frees them once the engine's queued uses are done).
         for key in [k for k in self._wire if k not in self._wire_used]:

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <limits>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -37,6 +38,36 @@ void FailEntries(std::vector<TensorTableEntry>&& entries, const std::string& why
 }
 
 namespace {
+
+// A joined rank's part of a reduction: zeros for Sum and Average, else the op's identity
+// (Request::join_identity): the lowest value for Max, the highest for Min, 1 for Product.
+template <typename T>
+void FillAs(void* data, int64_t n, T v) {
+  std::fill((T*)data, (T*)data + n, v);
+}
+template <typename T>
+void FillTyped(ReduceOp op, void* data, int64_t n) {
+  using L = std::numeric_limits<T>;
+  if (op == ReduceOp::kMax) FillAs<T>(data, n, L::has_infinity ? -L::infinity() : L::lowest());
+  if (op == ReduceOp::kMin) FillAs<T>(data, n, L::has_infinity ? L::infinity() : L::max());
+  if (op == ReduceOp::kProduct) FillAs<T>(data, n, T(1));
+}
+void FillIdentity(ReduceOp op, DataType dt, void* data, int64_t n) {
+  if (op == ReduceOp::kSum || op == ReduceOp::kAverage) return;  // zeros already
+  switch (dt) {
+    case DataType::kFloat32: FillTyped<float>(op, data, n); break;
+    case DataType::kFloat64: FillTyped<double>(op, data, n); break;
+    case DataType::kUInt8: FillTyped<uint8_t>(op, data, n); break;
+    case DataType::kInt32: FillTyped<int32_t>(op, data, n); break;
+    case DataType::kInt8: FillTyped<int8_t>(op, data, n); break;
+    case DataType::kInt64: FillTyped<int64_t>(op, data, n); break;
+    case DataType::kFloat16: {  // IEEE half: -inf 0xfc00, +inf 0x7c00, 1.0 0x3c00
+      const uint16_t v = op == ReduceOp::kMax ? 0xfc00 : op == ReduceOp::kMin ? 0x7c00 : 0x3c00;
+      FillAs<uint16_t>(data, n, v);
+      break;
+    }
+  }
+}
 
 // Fails every entry of a set (stop, removal) with `why`.
 void FailSet(ProcessSet& set, const std::string& why) { FailEntries(set.queue.TakeAll(), why); }
@@ -113,6 +144,12 @@ void RunCycle(ProcessSet& set, bool shutdown_requested, MPI_Comm world, int worl
         TensorTableEntry e;
         if (set.queue.Take(n, &e)) e.callback(Status::InvalidArgument(r.error));
       }
+    } else if (r.op_type == OpType::kJoin) {
+      // Every rank has joined: the caller reads the rank that joined last.
+      S().last_joined_rank = r.first_dims.empty() ? -1 : (int)r.first_dims[0];
+      TensorTableEntry e;
+      if (set.queue.Take(r.names[0], &e)) e.callback(Status::OK());
+      timeline.OpEnd(r.names[0]);  // [timeline]
     } else if (IsControl(r.op_type)) {
       Status s = RunControl(r, world, world_rank, cfg);
       TensorTableEntry e;
@@ -129,6 +166,24 @@ void RunCycle(ProcessSet& set, bool shutdown_requested, MPI_Comm world, int worl
   std::vector<TensorTableEntry> taken;
   std::vector<char> found;
   set.queue.TakeMany(keys, &taken, &found);
+  // This rank has joined (hvd.join()): it adds zeros to the allreduces it lacks.
+  std::vector<std::vector<char>> zeros;
+  std::vector<char> joined_part(ok.size(), 0);
+  for (size_t i = 0; i < ok.size(); ++i) {
+    const Response& r = *ok[i];
+    if (found[i] || r.joined.empty() || r.op_type != OpType::kAllreduce) continue;
+    zeros.emplace_back((size_t)(r.elements * DTypeSize(r.dtype)), 0);
+    FillIdentity(r.reduce_op, r.dtype, zeros.back().data(), r.elements);
+    TensorTableEntry& e = taken[i];
+    e.request.op_type = r.op_type;
+    e.request.dtype = r.dtype;
+    e.request.name = r.names[0];
+    e.input.data = e.output.data = zeros.back().data();
+    e.input.elements = e.output.elements = r.elements;
+    e.callback = nullptr;
+    found[i] = 1;
+    joined_part[i] = 1;
+  }
   std::vector<FusionItem> items;
   items.reserve(ok.size());
   // A backend that reduces groups in place (cross-memory attach) takes allreduces of every size.
@@ -160,7 +215,7 @@ void RunCycle(ProcessSet& set, bool shutdown_requested, MPI_Comm world, int worl
       s = set.executor->Run(*ok[group[0]], entries);
     }
     for (int i : group) {
-      if (found[i]) {
+      if (found[i] && !joined_part[i]) {
         // Completed early by the executor (its buffer final while the group ran): no
         // callback left, and its timeline row closed there.
         if (!taken[i].callback) continue;

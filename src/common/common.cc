@@ -57,6 +57,7 @@ const char* OpTypeName(OpType t) {
     case OpType::kReducescatter: return "reducescatter";
     case OpType::kProcessSetAdd: return "add_process_set";
     case OpType::kProcessSetRemove: return "remove_process_set";
+    case OpType::kJoin: return "join";
   }
   return "unknown";
 }

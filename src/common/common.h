@@ -30,9 +30,11 @@ const char* ReduceOpName(ReduceOp op);
 
 // kProcessSetAdd/Remove are control operations of the global set: negotiated like a
 // collective so every rank changes its process sets at the same point of the same cycle.
+// kJoin: a rank out of data (hvd.join()); answered once every rank has joined, while the
+// others' Sum and Average allreduces go on with the joined ranks adding zeros.
 enum class OpType : int32_t {
   kAllreduce = 0, kAllgather = 1, kBroadcast = 2, kAlltoall = 3, kReducescatter = 4,
-  kProcessSetAdd = 5, kProcessSetRemove = 6,
+  kProcessSetAdd = 5, kProcessSetRemove = 6, kJoin = 7,
 };
 const char* OpTypeName(OpType t);
 inline bool IsControl(OpType t) { return t == OpType::kProcessSetAdd || t == OpType::kProcessSetRemove; }
@@ -71,6 +73,16 @@ struct Request {
   // cache keeps the two apart (ResponseCache); the ranks must agree (MessageTable::Build),
   // else their caches would place entries differently.
   bool size_exchange = false;
+  // A Sum allreduce's sample weight (> 0; 0: none): this rank's samples in the step. The
+  // result is then divided by the weights' sum over the ranks that submitted it (joined
+  // ranks add nothing), folded into the response's postscale: a mean over the samples
+  // actually processed, the same on every rank (DistributedTrainer.step). May differ
+  // between ranks; part of the cache's key, so a changed weight renegotiates.
+  double weight = 0;
+  // Min, Max and Product allreduces only (mxhorovod's own checks): a joined rank adds the
+  // op's identity (the lowest value for Max, the highest for Min, 1 for Product) instead
+  // of failing the call. Not part of the public API: Horovod's fail.
+  bool join_identity = false;
   // Set when this rank could not run its part (found when the engine ran the operation):
   // the request still goes to the coordinator, so every rank gets the error, none hangs.
   std::string local_error;
@@ -91,6 +103,11 @@ struct Response {
   std::string error;
   std::vector<int64_t> first_dims;   // allgather: size * names.size() entries
   std::vector<int64_t> recv_splits;  // alltoall: filled per rank at execution
+  // Ranks that had joined (hvd.join()) when the coordinator answered, ascending. They add
+  // zeros: `elements` (one name per response then) sizes their zero-filled tensor. A join
+  // response: first_dims holds the rank that joined last.
+  std::vector<int64_t> joined;
+  int64_t elements = 0;
 };
 
 // A tensor as the core sees it: raw memory, element count and shape, no framework.

@@ -12,6 +12,7 @@ namespace {
 constexpr uint64_t kFlagUncached = 1;
 constexpr uint64_t kFlagShutdown = 2;
 constexpr uint64_t kFlagStallShutdown = 4;  // set by rank 0 only, with the other two
+constexpr uint64_t kFlagJoined = 8;         // this rank has joined (hvd.join()) and waits
 
 Status Check(int rc, const char* what) {
   if (rc == MPI_SUCCESS) return Status::OK();
@@ -44,6 +45,13 @@ Status Controller::ComputeResponses(bool shutdown_requested, CycleResult* out) {
     Request& r = *fresh_request;
     r.rank = rank_;
     int bit = -1, also = -1;
+    if (r.op_type == OpType::kJoin) joined_ = true;
+    // While a rank is joined, names go to the coordinator, which knows the joined ranks:
+    // a joined rank has no hit bits, so no cached name could be ready.
+    if (r.op_type == OpType::kJoin || join_active_ || joined_) {
+      to_send.push_back(r);
+      continue;
+    }
     if (!r.local_error.empty() || IsControl(r.op_type)) {  // never answered from the cache
       // A failure (a refusal at the call) of a cached name evicts it everywhere, in both
       // phases: a peer's hit on it would otherwise wait for a request that never comes
@@ -86,7 +94,8 @@ Status Controller::ComputeResponses(bool shutdown_requested, CycleResult* out) {
   std::vector<uint64_t> vec(1 + 2 * words);
   uint64_t flags = (to_send.empty() ? 0 : kFlagUncached) | (shutdown_requested ? kFlagShutdown : 0) |
                    (stall_stop ? kFlagUncached : 0) |
-                   (stall_stop && stall_.stops_job() ? kFlagShutdown | kFlagStallShutdown : 0);
+                   (stall_stop && stall_.stops_job() ? kFlagShutdown | kFlagStallShutdown : 0) |
+                   (joined_ ? kFlagJoined : 0);
   vec[0] = ~flags;
   const std::vector<uint64_t>& hits = pending_hits_.bits();
   for (size_t w = 0; w < words; ++w) {
@@ -99,6 +108,7 @@ Status Controller::ComputeResponses(bool shutdown_requested, CycleResult* out) {
   if (s.ok()) s = WaitRequest(&req, "MPI_Iallreduce (negotiation)", WaitFor::kSmall, Link());
   if (!s.ok()) return s;
   flags = ~vec[0];
+  join_active_ = flags & kFlagJoined;  // the same on every rank: decides caching below
   out->shutdown = flags & kFlagShutdown;
   out->stall_shutdown = flags & kFlagStallShutdown;
   if (out->shutdown) {
@@ -141,6 +151,20 @@ Status Controller::ComputeResponses(bool shutdown_requested, CycleResult* out) {
       pending_hits_.Erase(bit);
     }
   }
+  if (join_active_) {
+    // Hits left waiting (a joined rank's bits are all zero) go to the coordinator.
+    const std::vector<uint64_t>& left = pending_hits_.bits();
+    for (size_t w = 0; w < words; ++w) {
+      for (uint64_t m = left[w]; m;) {
+        const int b = __builtin_ctzll(m);
+        m &= m - 1;
+        const int bit = (int)(w * 64 + b);
+        TensorTableEntry* e = queue_->Find(pending_hits_.Name(bit));
+        if (e) resend_.push_back(e->request);
+        pending_hits_.Erase(bit);
+      }
+    }
+  }
   if (!(flags & kFlagUncached)) return Status::OK();
 
   std::vector<Response> negotiated;
@@ -159,7 +183,10 @@ Status Controller::ComputeResponses(bool shutdown_requested, CycleResult* out) {
         }
       }
     }
-    if (resp.type == Response::kOk && cache_.capacity() && !IsControl(resp.op_type)) {
+    if (resp.op_type == OpType::kJoin) joined_ = false;  // every rank has joined
+    // Not while a rank is joined: a joined rank lacks the entries it would cache.
+    if (resp.type == Response::kOk && cache_.capacity() && !IsControl(resp.op_type) && !join_active_ &&
+        resp.op_type != OpType::kJoin) {
       TensorTableEntry* e = queue_->Find(resp.names[0]);
       if (e) {
         Request mine = e->request;

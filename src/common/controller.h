@@ -66,6 +66,8 @@ class Controller {
   StallInspector stall_;
   std::vector<Response> stall_errors_;  // rank 0: answers for stalled names (stall shutdown)
   LinkWait link_;                       // peers "" on one host: no bound
+  bool joined_ = false;       // this rank's join is pending
+  bool join_active_ = false;  // some rank was joined at the last negotiation
   const LinkWait* Link() const { return link_.peers.empty() ? nullptr : &link_; }
 };
 

@@ -16,6 +16,13 @@ std::string Mismatch(const std::string& what, const Request& a, const Request& b
   return os.str();
 }
 
+// "1", "1, 3": ranks in an error message.
+std::string RankList(const std::vector<int64_t>& ranks) {
+  std::string out;
+  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+  return out;
+}
+
 std::string Num(double v) {
   std::ostringstream os;
   os << v;
@@ -26,6 +33,10 @@ std::string Num(double v) {
 
 void MessageTable::Add(const std::vector<Request>& reqs, std::vector<Response>* ready) {
   for (const auto& r : reqs) {
+    if (r.op_type == OpType::kJoin) {
+      AddJoin(r, ready);
+      continue;
+    }
     if (!drop_.empty() && drop_.erase({r.name, r.rank})) continue;
     auto& slot = table_[r.name];
     if (slot.empty()) {
@@ -36,14 +47,92 @@ void MessageTable::Add(const std::vector<Request>& reqs, std::vector<Response>* 
     }
     if (r.rank < 0 || r.rank >= size_) continue;
     slot[r.rank] = r;
-    if (std::all_of(slot.begin(), slot.end(), [](const Request& q) { return q.rank >= 0; })) {
-      Response resp = Build(slot);
-      const std::vector<Request> done = std::move(slot);
-      Erase(r.name);
-      if (resp.type == Response::kError) DropGroupExtras(done, &resp);
-      ready->push_back(std::move(resp));
+    if (Complete(slot)) ready->push_back(Finish(r.name));
+  }
+}
+
+bool MessageTable::Complete(const std::vector<Request>& slot) const {
+  for (int i = 0; i < size_; ++i) {
+    if (slot[i].rank < 0 && !(joined_count_ && joined_[i])) return false;
+  }
+  return true;
+}
+
+Response MessageTable::Finish(const std::string& name) {
+  std::vector<Request> done = std::move(table_[name]);
+  Erase(name);
+  std::vector<Request> present;
+  std::vector<int64_t> joined;
+  for (int i = 0; i < size_; ++i) {
+    if (done[i].rank >= 0) {
+      present.push_back(done[i]);
+    } else {
+      joined.push_back(i);
     }
   }
+  Response resp = Build(present);
+  if (resp.type == Response::kError) {
+    DropGroupExtras(present, &resp);
+    return resp;
+  }
+  if (joined.empty()) return resp;
+  const Request& a = present[0];
+  bool zeros_ok = a.op_type == OpType::kAllreduce &&
+                  (a.reduce_op == ReduceOp::kSum || a.reduce_op == ReduceOp::kAverage);
+  if (a.op_type == OpType::kAllreduce && !zeros_ok) {  // Min, Max, Product: the identity
+    zeros_ok = std::all_of(present.begin(), present.end(), [](const Request& q) { return q.join_identity; });
+  }
+  if (!zeros_ok) {
+    std::string op = OpTypeName(a.op_type);
+    if (a.op_type == OpType::kAllreduce) op += std::string(" (") + ReduceOpName(a.reduce_op) + ")";
+    resp.type = Response::kError;
+    resp.error = op + " '" + a.name + "' cannot run while " +
+                 (joined.size() == 1 ? "rank " : "ranks ") + RankList(joined) +
+                 (joined.size() == 1 ? " has" : " have") +
+                 " joined (hvd.join()): a joined rank adds zeros, which only Sum and Average "
+                 "allreduces can take; run it before join() or after every rank has joined";
+    resp.first_dims.clear();
+    return resp;
+  }
+  resp.joined = std::move(joined);
+  resp.elements = NumElements(a.shape);
+  return resp;
+}
+
+void MessageTable::AddJoin(const Request& r, std::vector<Response>* ready) {
+  if (r.rank < 0 || r.rank >= size_) return;
+  if (joined_.empty()) joined_.assign(size_, 0);
+  if (!joined_[r.rank]) {
+    joined_[r.rank] = 1;
+    ++joined_count_;
+  }
+  last_joined_ = r.rank;
+  // Names waiting only for joined ranks are ready now, in first-arrival order.
+  std::vector<std::string> now;
+  for (const auto& name : order_) {
+    if (Complete(table_.at(name))) now.push_back(name);
+  }
+  for (const auto& name : now) {
+    if (table_.count(name)) ready->push_back(Finish(name));
+  }
+  if (joined_count_ < size_) return;
+  Response done;
+  done.op_type = OpType::kJoin;
+  done.dtype = DataType::kInt64;
+  done.names = {r.name};
+  done.first_dims = {last_joined_};
+  ready->push_back(std::move(done));
+  joined_.assign(size_, 0);
+  joined_count_ = 0;
+  last_joined_ = -1;
+}
+
+std::vector<int> MessageTable::Joined() const {
+  std::vector<int> out;
+  for (int i = 0; i < (int)joined_.size(); ++i) {
+    if (joined_[i]) out.push_back(i);
+  }
+  return out;
 }
 
 Response MessageTable::Build(const std::vector<Request>& reqs) const {
@@ -124,6 +213,29 @@ Response MessageTable::Build(const std::vector<Request>& reqs) const {
         err = "alltoall '" + a.name + "': rank " + std::to_string(r.rank) + " gave " +
               std::to_string(r.splits.size()) + " splits for " + RankCount(size_);
         break;
+      }
+    }
+  }
+  if (err.empty() && reqs.size() && (a.op_type == OpType::kAllreduce)) {
+    // Sample weights: all or none, Sum only, finite and positive; the mean over them is
+    // folded into the postscale (the same factor on every rank).
+    double total = 0;
+    for (const auto& r : reqs) {
+      if ((r.weight > 0) != (a.weight > 0)) {
+        err = Mismatch("sample weights", a, r, a.weight > 0 ? Num(a.weight) : "none",
+                       r.weight > 0 ? Num(r.weight) : "none") +
+              " (DistributedTrainer.step(batch_size) sends the batch size as the weight when it "
+              "is a positive finite number: pass one on every rank)";
+        break;
+      }
+      total += r.weight;
+    }
+    if (err.empty() && a.weight > 0) {
+      if (a.reduce_op != ReduceOp::kSum) {
+        err = std::string("allreduce '") + a.name + "': sample weights need the Sum op, not " +
+              ReduceOpName(a.reduce_op);
+      } else {
+        resp.postscale = a.postscale / total;
       }
     }
   }

@@ -39,9 +39,24 @@ class MessageTable {
   // of one group reach the coordinator in one round; drops not met by then are forgotten.
   void EndRound() { drop_.clear(); }
   size_t size() const { return table_.size(); }
+  // Ranks that have called join() and wait for the others (none: empty).
+  std::vector<int> Joined() const;
 
  private:
   Response Build(const std::vector<Request>& reqs) const;
+  // A rank's join request: from now on the names waiting only for joined ranks are ready,
+  // their Sum and Average allreduces with the joined ranks adding zeros, the other
+  // collectives failing with an error that names the joined ranks. Once every rank has
+  // joined, the join's answer (the rank that joined last) ends it.
+  void AddJoin(const Request& r, std::vector<Response>* ready);
+  // Whether every rank has submitted the slot's name or joined.
+  bool Complete(const std::vector<Request>& slot) const;
+  // The response to a complete slot (Build over the submitted requests, then the joined
+  // ranks' part), erasing the name.
+  Response Finish(const std::string& name);
+  std::vector<char> joined_;     // per rank: has joined (a join is in progress)
+  int joined_count_ = 0;
+  int last_joined_ = -1;
   // After a group-size mismatch on '<base>.0': the group's tensors that only some ranks
   // have ('<base>.<k>', k >= the smallest group, k >= 1: an empty call's request stands in
   // for its tensor 0) are named in the error, so the ranks that

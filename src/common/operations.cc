@@ -189,6 +189,23 @@ Status MemberSet(int32_t id, const char* op, const char* name, std::shared_ptr<P
 
 namespace {
 
+// Queues one entry on the global set and waits for its answer.
+Status SubmitAndWait(const std::shared_ptr<ProcessSet>& global, TensorTableEntry e) {
+  auto done = std::make_shared<std::promise<Status>>();
+  auto fut = done->get_future();
+  const std::vector<std::string> names{e.request.name};
+  const uint64_t ticket = global->queue.Register(names);
+  e.callback = [done, global, names, ticket](const Status& st2) {
+    TensorQueue::RunAdmitted(global->queue.Finish(names, ticket));
+    done->set_value(st2);
+  };
+  auto entries = std::make_shared<std::vector<TensorTableEntry>>();
+  entries->push_back(std::move(e));
+  auto submit = [entries] { Enqueue(std::move(*entries)); };
+  if (global->queue.Admit(names, ticket, submit)) submit();
+  return fut.get();
+}
+
 // Submits one control operation to the global set and waits for every rank to run it.
 Status RunControlCall(OpType type, const std::string& what, std::vector<int64_t> shape) {
   State& st = S();
@@ -204,19 +221,7 @@ Status RunControlCall(OpType type, const std::string& what, std::vector<int64_t>
   e.request.dtype = DataType::kInt64;
   e.request.name = std::string(OpTypeName(type)) + "." + std::to_string(st.control_calls++);
   e.request.shape = std::move(shape);
-  auto done = std::make_shared<std::promise<Status>>();
-  auto fut = done->get_future();
-  const std::vector<std::string> names{e.request.name};
-  const uint64_t ticket = global->queue.Register(names);
-  e.callback = [done, global, names, ticket](const Status& st2) {
-    TensorQueue::RunAdmitted(global->queue.Finish(names, ticket));
-    done->set_value(st2);
-  };
-  auto entries = std::make_shared<std::vector<TensorTableEntry>>();
-  entries->push_back(std::move(e));
-  auto submit = [entries] { Enqueue(std::move(*entries)); };
-  if (global->queue.Admit(names, ticket, submit)) submit();
-  return fut.get();
+  return SubmitAndWait(global, std::move(e));
 }
 
 }  // namespace
@@ -233,6 +238,25 @@ Status AddProcessSet(const std::vector<int>& ranks, int32_t* id) {
   if (!s.ok()) return s;
   *id = S().sets.Find(sorted);
   return Status::OK();
+}
+
+Status Join(int* last_joined_rank) {
+  State& st = S();
+  std::shared_ptr<ProcessSet> global;
+  Status s = MemberSet(0, "join", nullptr, &global);
+  if (!s.ok()) return s;
+  if (st.joining.exchange(true)) {
+    return Status::InvalidArgument("join: another join() of this rank (" + std::to_string(GetTopology().rank) +
+                                   ") is still waiting (from another thread); call join() once at a time");
+  }
+  TensorTableEntry e;
+  e.request.op_type = OpType::kJoin;
+  e.request.dtype = DataType::kInt64;
+  e.request.name = "join";
+  s = SubmitAndWait(global, std::move(e));
+  st.joining = false;
+  if (s.ok()) *last_joined_rank = st.last_joined_rank.load();
+  return s;
 }
 
 Status RemoveProcessSet(int32_t id) {

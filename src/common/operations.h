@@ -56,6 +56,11 @@ Status MemberSet(int32_t id, const char* op, const char* name, std::shared_ptr<P
 // Collective over every rank of the job, in the same order everywhere; block until done.
 Status AddProcessSet(const std::vector<int>& ranks, int32_t* id);
 Status RemoveProcessSet(int32_t id);
+// hvd.join(): this rank is out of data. Blocks until every rank of the job has joined,
+// adding zeros to the other ranks' Sum and Average allreduces meanwhile (their other
+// collectives fail, naming the joined ranks); *last_joined_rank: the rank that joined last.
+// Global: the global process set only.
+Status Join(int* last_joined_rank);
 
 // Hands entries (all of one process set) to the background thread; fails them at once
 // (their callbacks run with the error) if the library or their set has stopped meanwhile.

@@ -40,6 +40,8 @@ struct State {
   ProcessSetTable sets;           // the global set (id 0) and the others, while running
   int32_t next_set_id = 1;        // background thread only: same sequence on every rank
   std::atomic<uint64_t> control_calls{0};  // names of add/remove calls, in call order
+  std::atomic<int> last_joined_rank{-1};    // set before a join's callback (background_loop.cc)
+  std::atomic<bool> joining{false};         // a join() call of this process is waiting
   // New work wakes the background thread before its cycle time is up. `wake` is set
   // before wake_mu is taken, so only the first call after each wait takes the lock and
   // signals; the rest of a burst of calls see it set and skip both.

@@ -34,6 +34,7 @@ const char* OpSpanName(OpType op) {
     case OpType::kReducescatter: return "REDUCESCATTER";
     case OpType::kProcessSetAdd: return "ADD_PROCESS_SET";
     case OpType::kProcessSetRemove: return "REMOVE_PROCESS_SET";
+    case OpType::kJoin: return "JOIN";
   }
   return "UNKNOWN";
 }

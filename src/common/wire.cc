@@ -75,6 +75,8 @@ std::string EncodeRequests(const std::vector<Request>& reqs) {
     w.Pod(r.group_size);
     w.Pod<uint8_t>(r.grouped);
     w.Pod<uint8_t>(r.size_exchange);
+    w.Pod(r.weight);
+    w.Pod<uint8_t>(r.join_identity);
     w.Str(r.local_error);
   }
   return w.Take();
@@ -97,6 +99,8 @@ std::vector<Request> DecodeRequests(const char* data, size_t size) {
     r.group_size = rd.Pod<int32_t>();
     r.grouped = rd.Pod<uint8_t>() != 0;
     r.size_exchange = rd.Pod<uint8_t>() != 0;
+    r.weight = rd.Pod<double>();
+    r.join_identity = rd.Pod<uint8_t>() != 0;
     r.local_error = rd.Str();
   }
   if (!rd.Done()) throw std::runtime_error("mxhorovod: trailing bytes in request list");
@@ -118,6 +122,8 @@ std::string EncodeResponses(const std::vector<Response>& resps) {
     for (const auto& n : r.names) w.Str(n);
     w.Str(r.error);
     w.Ints(r.first_dims);
+    w.Ints(r.joined);
+    w.Pod(r.elements);
   }
   return w.Take();
 }
@@ -137,6 +143,8 @@ std::vector<Response> DecodeResponses(const char* data, size_t size) {
     for (auto& n : r.names) n = rd.Str();
     r.error = rd.Str();
     r.first_dims = rd.Ints();
+    r.joined = rd.Ints();
+    r.elements = rd.Pod<int64_t>();
   }
   if (!rd.Done()) throw std::runtime_error("mxhorovod: trailing bytes in response list");
   return out;

@@ -1,6 +1,8 @@
-"""Ranks passing different batch sizes to DistributedTrainer.step / update are warned once,
-two steps later (a step's check is read at the step after next), on every rank
-(mxhorovod.checks.batch_check); equal sizes never warn.
+"""Ranks passing different batch sizes to DistributedTrainer.update (after
+allreduce_grads()) or to a gluon.Trainer with a DistributedOptimizer are warned once, two
+steps later (a step's check is read at the step after next), on every rank
+(mxhorovod.checks.batch_check); equal sizes never warn. DistributedTrainer.step divides by
+the ranks' total batch size: different sizes there are right, and not warned.
 Also: a trainer in a process set that leaves out the last rank, with bucket views, and
 the allreduce_grads() + update() path; NaN sizes (on one rank: warned; on every rank: not);
 a mismatch in the last step, warned at hvd.shutdown(), also when that trainer was freed
@@ -67,6 +69,9 @@ for split in (False, True):
     trainer, net = trainer_for("split_" if split else "step_", gradient_as_bucket_view=split)
     sizes = [4, 4 - (r == 1), 4, 4 - (r == 1), 4]
     got = run(trainer, net, sizes, split)
+    if not split:
+        assert got == [[]] * 5, (r, got)  # step(): weighted by the sizes, not a mismatch
+        continue
     assert [len(g) for g in got] == [0, 0, 0, 1, 0], (r, got)
     text = got[3][0]
     assert "at step 2" in text and "this rank, %d, %d;" % (r, sizes[1]) in text and "from 3 to 4" in text, text
@@ -88,12 +93,12 @@ for kind in ("optimizer", "kvstore"):
 
 # A set of ranks 0 and 1: its members are warned; a rank outside it trains alone, unasked.
 trainer, net = trainer_for("set_", process_set=pair)
-got = run(trainer, net, [4, 4 - (r == 1), 4, 4])
+got = run(trainer, net, [4, 4 - (r == 1), 4, 4], split=True)
 assert [len(g) for g in got] == ([0, 0, 0, 1] if r in (0, 1) else [0, 0, 0, 0]), (r, got)
 
 # NaN on rank 0 only: a mismatch, warned naming nan; NaN on every rank: none.
 trainer, net = trainer_for("nan1_")
-got = run(trainer, net, [4, float("nan") if r == 0 else 4, 4, 4])
+got = run(trainer, net, [4, float("nan") if r == 0 else 4, 4, 4], split=True)
 assert [len(g) for g in got] == [0, 0, 0, 1], (r, got)
 assert "at step 2" in got[3][0] and "from 4 to 4, and nan," in got[3][0], got[3][0]
 trainer, net = trainer_for("nanall_")
@@ -135,20 +140,20 @@ assert trainer.learning_rate < 0.1  # the schedule ran
 # phase's last step differs. Its check outlives the freed trainer and is read two steps of
 # the next one later (it was dropped with the trainer: no warning, the weights differed).
 trainer, net = trainer_for("phase1_")
-assert run(trainer, net, [4, 4, 4 - (r == 1)]) == [[], [], []], r
+assert run(trainer, net, [4, 4, 4 - (r == 1)], split=True) == [[], [], []], r
 trainer = hvd.DistributedTrainer(net.collect_params(), "sgd", {"learning_rate": 0.01})
 gc.collect()  # the first trainer is gone (with or without a reference cycle)
-got = run(trainer, net, [4, 4, 4])
+got = run(trainer, net, [4, 4, 4], split=True)
 assert [len(g) for g in got] == [0, 1, 0], (r, got)
-assert "DistributedTrainer.step(batch_size): at step 3" in got[1][0] and "from 3 to 4" in \
+assert "DistributedTrainer.update(batch_size): at step 3" in got[1][0] and "from 3 to 4" in \
     got[1][0], got[1][0]
 
 # The last step differs: read and warned at shutdown(), once this rank's collectives ran
 # (with the step before it still unread too); also for a trainer freed before shutdown.
 trainer, net = trainer_for("last_")
-assert run(trainer, net, [4, 4, 4 - (r == 1)]) == [[], [], []], r
+assert run(trainer, net, [4, 4, 4 - (r == 1)], split=True) == [[], [], []], r
 freed, freed_net = trainer_for("freed_")
-assert run(freed, freed_net, [4, 4, 4 - (r == 0)]) == [[], [], []], r
+assert run(freed, freed_net, [4, 4, 4 - (r == 0)], split=True) == [[], [], []], r
 del freed, freed_net
 gc.collect()
 hvd.allreduce(mx.nd.ones((1,)), name="done").wait_to_read()

@@ -1,0 +1,43 @@
+"""``hvd.join()``: a rank out of data waits while the others finish their steps.
+
+Horovod's semantics (PyTorch and TensorFlow's ``hvd.join``), for MXNet.
+"""
+import mxnet as mx
+
+import mxhorovod._core as _core
+
+__all__ = ["join"]
+
+
+def join():
+    """Declare this rank out of data and wait until every rank has called ``join()``.
+
+    Call it when this rank's data ends before the others' (uneven shards), typically once
+    per epoch, after the training loop.
+    It first waits for this rank's own work queued in MXNet's engine (``mx.nd.waitall()``):
+    collectives already called are submitted before the join.
+    While this rank waits, the other ranks go on training:
+
+    - their ``Sum`` and ``Average`` allreduces (single, grouped, in place, of
+      ``DistributedTrainer`` and ``DistributedOptimizer``) run with this rank adding zeros.
+      ``Average`` still divides by ``hvd.size()``, as in Horovod;
+      ``DistributedTrainer`` and ``DistributedOptimizer`` scale for the ranks that
+      contributed (see their ``step``).
+    - their other collectives (allgather, broadcast, alltoall, reducescatter, allreduces
+      with ``Min``, ``Max``, ``Product``) fail with an error that names the joined ranks:
+      zeros would make them wrong.
+
+    It is global: every rank of the job must call it, and a process set's collectives do
+    not count a joined rank (a set with a joined member waits, as Horovod's do).
+
+    Returns:
+        int: the rank that joined last, the same on every rank (the rank whose data lasted
+        longest, e.g. to broadcast from it).
+
+    Raises:
+        ValueError: another ``join()`` of this rank is still waiting (from another thread).
+        RuntimeError: mxhorovod is not initialized, or stopped while waiting (a peer's
+            shutdown or failure).
+    """
+    mx.nd.waitall()
+    return _core.join()

@@ -1,0 +1,111 @@
+"""hvd.join() (issue 48): a rank out of data joins; the others' Sum and Average allreduces
+go on with it adding zeros (single, grouped, in place; Average divides by the full size);
+collectives that cannot take zeros fail naming the joined ranks; join returns the rank that
+joined last, on every rank; the same names work again in the next epoch (response cache);
+a second join() while one waits is refused. DistributedTrainer steps over uneven shards
+(and short last batches) equal one process on the active ranks' concatenated batch.
+Prints RANK <r> OK."""
+import threading
+import time
+
+import mxnet as mx
+import numpy as np
+from mxnet import autograd, gluon
+
+import mxhorovod as hvd
+from training_common import IN, copy_params, mlp
+
+hvd.init()
+r, n = hvd.rank(), hvd.size()
+
+
+def expect_error(fn, *words):
+    try:
+        fn()
+    except Exception as e:  # MXNetError from the engine, or ValueError at the call
+        text = str(e)
+        assert all(w in text for w in words), (r, text, words)
+        return text
+    raise AssertionError("rank %d: no error, expected %s" % (r, words))
+
+
+# 1. Collectives: rank q has 2 + q steps; in step i the ranks q < i - 1 have joined.
+for epoch in range(2):  # the same names again: the response cache after a join
+    for i in range(2 + r):
+        active = [q for q in range(n) if i < 2 + q]
+        joined = [q for q in range(n) if q not in active]
+        x = mx.nd.full((5,), r + 1.0)
+        want = float(sum(q + 1 for q in active))
+        s = hvd.allreduce(x, op=hvd.Sum, name="sum.%d" % i)
+        a = hvd.allreduce(x, name="avg.%d" % i)
+        g = hvd.grouped_allreduce([x, x.astype("float64") * 2], op=hvd.Sum, name="grp.%d" % i)
+        y = x.copy()
+        hvd.allreduce_(y, op=hvd.Sum, name="inplace.%d" % i)
+        assert np.allclose(s.asnumpy(), want), (r, i, s.asnumpy(), want)
+        assert np.allclose(a.asnumpy(), want / n), (r, i, a.asnumpy())  # divided by size
+        assert np.allclose(g[1].asnumpy(), 2 * want) and g[1].dtype == np.float64
+        assert np.allclose(y.asnumpy(), want)
+        if joined:
+            words = ("rank" if len(joined) == 1 else "ranks", ", ".join(map(str, joined)),
+                     "joined (hvd.join())")
+            expect_error(lambda: hvd.broadcast(x, root_rank=n - 1, name="bc.%d" % i).asnumpy(),
+                         "broadcast 'bc.%d'" % i, *words)
+            expect_error(lambda: hvd.allgather(x, name="ag.%d" % i).asnumpy(), *words)
+            expect_error(lambda: hvd.allreduce(x, op=hvd.Max, name="max.%d" % i).asnumpy(),
+                         "allreduce (Max)", *words)
+    last = hvd.join()
+    assert last == n - 1, (r, last)
+
+# 2. A second join() while one waits: refused at once; the first one completes.
+if r == 0:
+    first = []
+    waiting = threading.Thread(target=lambda: first.append(hvd.join()))
+    waiting.start()
+    time.sleep(0.5)
+    expect_error(hvd.join, "another join() of this rank (0) is still waiting")
+    waiting.join()
+    assert first == [n - 1], first
+else:
+    time.sleep(1.0)
+    assert hvd.join() == n - 1
+
+# 3. DistributedTrainer over uneven shards, with join: rank q has 3 + q batches; its last
+# batch holds 2 rows instead of 4. Each step equals one process on the active ranks'
+# concatenated batch (SGD with momentum: the momenta match too).
+rng = np.random.RandomState(1)
+steps = 2 + n
+x = rng.randn(steps, n, 4, IN).astype(np.float32)
+y = rng.randint(0, 3, size=(steps, n, 4)).astype(np.float32)
+rows = [[4] * (2 + q) + [2] for q in range(n)]  # rows[q][i]: rank q's batch i
+loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+for kw in ({}, {"gradient_as_bucket_view": True}, {"num_groups": 1}):
+    net = mlp("tr%d_" % len(kw))
+    ref = mlp("ref%d_" % len(kw))
+    hvd.broadcast_parameters(net.collect_params(), root_rank=0)
+    copy_params(net, ref)
+    opt = {"learning_rate": 0.1, "momentum": 0.9}
+    trainer = hvd.DistributedTrainer(net.collect_params(), "sgd", opt, **kw)
+    local = gluon.Trainer(ref.collect_params(), "sgd", opt, kvstore=None)
+    for i in range(steps):
+        if i < len(rows[r]):
+            b = rows[r][i]
+            with autograd.record():
+                loss = loss_fn(net(mx.nd.array(x[i, r, :b])), mx.nd.array(y[i, r, :b]))
+            loss.backward()
+            trainer.step(b)
+        # The reference: every rank still in, on its rows of this step.
+        qs = [q for q in range(n) if i < len(rows[q])]
+        if not qs:
+            continue
+        bx = np.concatenate([x[i, q, :rows[q][i]] for q in qs])
+        by = np.concatenate([y[i, q, :rows[q][i]] for q in qs])
+        with autograd.record():
+            loss = loss_fn(ref(mx.nd.array(bx)), mx.nd.array(by))
+        loss.backward()
+        local.step(len(bx))
+        if i < len(rows[r]):
+            for p, q in zip(net.collect_params().values(), ref.collect_params().values()):
+                assert np.allclose(p.data().asnumpy(), q.data().asnumpy(), rtol=1e-5,
+                                   atol=1e-6), (r, kw, i, p.name)
+    assert hvd.join() == n - 1
+print("RANK %d OK" % r, flush=True)
