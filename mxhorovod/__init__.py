@@ -28,6 +28,7 @@ from mxhorovod.training.compression import Compression
 from mxhorovod.training.metric import DistributedMetric
 from mxhorovod.training.optimizer import DistributedOptimizer, split_list
 from mxhorovod.training.optimizer_state import broadcast_optimizer_state
+from mxhorovod.training.sampler import DistributedSampler
 from mxhorovod.training.sync_batch_norm import SyncBatchNorm
 from mxhorovod.training.trainer import DistributedTrainer
 from mxhorovod.training import patches as _patches
@@ -67,4 +68,5 @@ __all__ = [
     "start_timeline", "stop_timeline",
     # ours
     "InvalidArgumentError", "SyncBatchNorm", "DistributedMetric", "join",
+    "DistributedSampler",
 ]

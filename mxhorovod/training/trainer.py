@@ -14,7 +14,7 @@ from mxhorovod.checks.batch_check import BatchSizeCheck
 from mxhorovod.checks.layout_check import LayoutCheck
 from mxhorovod.checks.unreduced import mark_reduced, needs_reduction
 import mxhorovod._core as _core
-from mxhorovod.collectives.ops import Average, Sum, allreduce_, grouped_allreduce_
+from mxhorovod.collectives.ops import Average, allreduce_, grouped_allreduce_
 from mxhorovod.collectives.submit import gradient_reduction
 from mxhorovod.common.naming import next_number
 from mxhorovod.common.user_warning import warn_user
@@ -185,9 +185,9 @@ class DistributedTrainer(mx.gluon.Trainer):
 
     def _reduce_kwargs(self):
         f = self._gradient_predivide_factor
-        # In step(): a Sum weighted by each rank's batch size, divided by their total.
-        return dict(op=Sum if self._samples else Average, prescale_factor=1.0 / f,
-                    postscale_factor=f, process_set=self._process_set)
+        # In step() the Average is weighted by each rank's batch size (_core.set_sample_weight).
+        return dict(op=Average, prescale_factor=1.0 / f, postscale_factor=f,
+                    process_set=self._process_set)
 
     def _reduction_settings(self):
         """The settings that decide this trainer's collectives (names, factors), which every
@@ -245,8 +245,7 @@ class DistributedTrainer(mx.gluon.Trainer):
         self._agree_on_fresh = bool(ignore_stale_grad)
         self._samples = weighted
         try:
-            # Divided by the samples' total in the reduction: the update divides by nothing.
-            super(DistributedTrainer, self).step(1 if weighted else batch_size, ignore_stale_grad)
+            super(DistributedTrainer, self).step(batch_size, ignore_stale_grad)
         finally:
             self._agree_on_fresh = False
             self._samples = 0

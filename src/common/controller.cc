@@ -48,7 +48,10 @@ Status Controller::ComputeResponses(bool shutdown_requested, CycleResult* out) {
     if (r.op_type == OpType::kJoin) joined_ = true;
     // While a rank is joined, names go to the coordinator, which knows the joined ranks:
     // a joined rank has no hit bits, so no cached name could be ready.
+    // Its cache entries are evicted everywhere: a peer that answered it from the cache
+    // (the join ended in between) resends it to the coordinator too, instead of waiting.
     if (r.op_type == OpType::kJoin || join_active_ || joined_) {
+      for (int entry : cache_.Entries(r.name)) evict(entry);
       to_send.push_back(r);
       continue;
     }

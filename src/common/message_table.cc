@@ -96,6 +96,10 @@ Response MessageTable::Finish(const std::string& name) {
   }
   resp.joined = std::move(joined);
   resp.elements = NumElements(a.shape);
+  if (a.weight > 0) {  // over the ranks that took part
+    resp.weight_total = 0;
+    for (const auto& r : present) resp.weight_total += r.weight;
+  }
   return resp;
 }
 
@@ -216,10 +220,10 @@ Response MessageTable::Build(const std::vector<Request>& reqs) const {
       }
     }
   }
-  if (err.empty() && reqs.size() && (a.op_type == OpType::kAllreduce)) {
-    // Sample weights: all or none, Sum only, finite and positive; the mean over them is
-    // folded into the postscale (the same factor on every rank).
+  if (err.empty() && a.op_type == OpType::kAllreduce) {
+    // Sample weights: all or none, Average only; the total where they differ.
     double total = 0;
+    bool equal = true;
     for (const auto& r : reqs) {
       if ((r.weight > 0) != (a.weight > 0)) {
         err = Mismatch("sample weights", a, r, a.weight > 0 ? Num(a.weight) : "none",
@@ -229,13 +233,14 @@ Response MessageTable::Build(const std::vector<Request>& reqs) const {
         break;
       }
       total += r.weight;
+      equal = equal && r.weight == a.weight;
     }
     if (err.empty() && a.weight > 0) {
-      if (a.reduce_op != ReduceOp::kSum) {
-        err = std::string("allreduce '") + a.name + "': sample weights need the Sum op, not " +
+      if (a.reduce_op != ReduceOp::kAverage) {
+        err = std::string("allreduce '") + a.name + "': sample weights need the Average op, not " +
               ReduceOpName(a.reduce_op);
-      } else {
-        resp.postscale = a.postscale / total;
+      } else if (!equal) {
+        resp.weight_total = total;
       }
     }
   }

@@ -124,6 +124,7 @@ std::string EncodeResponses(const std::vector<Response>& resps) {
     w.Ints(r.first_dims);
     w.Ints(r.joined);
     w.Pod(r.elements);
+    w.Pod(r.weight_total);
   }
   return w.Take();
 }
@@ -145,6 +146,7 @@ std::vector<Response> DecodeResponses(const char* data, size_t size) {
     r.first_dims = rd.Ints();
     r.joined = rd.Ints();
     r.elements = rd.Pod<int64_t>();
+    r.weight_total = rd.Pod<double>();
   }
   if (!rd.Done()) throw std::runtime_error("mxhorovod: trailing bytes in response list");
   return out;

@@ -163,7 +163,7 @@ int Grouped(OpType type, void** inputs, void** outputs, int num, const Names& na
       t.request.postscale = postscale;
       t.request.group_size = num;
       t.request.grouped = grouped;
-      if (type == OpType::kAllreduce && t.request.reduce_op == ReduceOp::kSum) {
+      if (type == OpType::kAllreduce && t.request.reduce_op == ReduceOp::kAverage) {
         t.request.weight = t_sample_weight;
       }
       t.request.join_identity = t_join_identity;

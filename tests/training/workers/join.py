@@ -109,3 +109,28 @@ for kw in ({}, {"gradient_as_bucket_view": True}, {"num_groups": 1}):
                                    atol=1e-6), (r, kw, i, p.name)
     assert hvd.join() == n - 1
 print("RANK %d OK" % r, flush=True)
+
+# 4. hvd.DistributedSampler without padding + join(): every sample exactly once per epoch,
+# though the shares differ in length (10 samples on n ranks, batches of 2, last kept).
+data = gluon.data.ArrayDataset(np.arange(10, dtype=np.float32).reshape(10, 1))
+sampler = hvd.DistributedSampler(data, seed=3)
+assert len(sampler) == len(range(r, 10, n))
+for epoch in range(2):
+    sampler.set_epoch(epoch)
+    loader = gluon.data.DataLoader(data, batch_size=2, sampler=sampler, last_batch="keep")
+    seen = []
+    for batch in loader:
+        seen += batch.asnumpy().ravel().astype(int).tolist()
+        total = hvd.allreduce(mx.nd.array([batch.shape[0]]), op=hvd.Sum, name="rows")
+        total.wait_to_read()
+    hvd.join()
+    every = sorted(sum(hvd.allgather_object(seen, name="seen"), []))
+    assert every == list(range(10)), (r, epoch, every)
+even = hvd.DistributedSampler(10, drop_last=True, shuffle=False)
+assert list(even) == list(range(r, 10 - 10 % n, n)) and len(even) == 10 // n
+try:
+    hvd.DistributedSampler(10, rank=n)
+    raise AssertionError("no error")
+except ValueError as e:
+    assert "rank %d is not in [0, %d)" % (n, n) in str(e), e
+print("RANK %d SAMPLER OK" % r, flush=True)
