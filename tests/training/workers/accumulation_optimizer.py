@@ -4,7 +4,8 @@ equals one process updating on the whole batch (every rank, every pass), for SGD
 momentum (k=2; MXNet's SGD hands the wrapper several indices per call) and Adam (k=3), in
 a gluon.Trainer (step(k * B)) and in a Module bound with grad_req='add' (rescale_grad
 1/(k * B), mod.update()). An update after too few passes raises, saying how many are
-missing; a Module bound with grad_req='write' is refused at init_optimizer. Prints
+missing; a Module bound with grad_req='write' is refused at init_optimizer. And the
+accumulation by hand that docs/kvstore.md gives for kvstore 'horovod'. Prints
 RANK <r> OK."""
 import warnings
 
@@ -83,6 +84,27 @@ def gluon_run(kind, k):
     expect_refused(lambda: trainer.update(k * B), "0 of the %d backward passes" % k)
 
 
+def kvstore_by_hand(k):
+    """docs/kvstore.md: the store takes no backward_passes_per_step; by hand, grad_req
+    'add', step(k * B * size) and zero_grad() equal one process on the whole batch."""
+    x, y = global_data(STEPS, k * B, seed=13)
+    weights = hvd.broadcast_object(param_arrays(mlp("acck_init_")), root_rank=0)
+    ref = net_like("acck_ref_", weights)
+    ref_trainer = gluon.Trainer(ref.collect_params(), OPTS["sgd"](1.0), kvstore=None)
+    net = net_like("acck_net_", weights)
+    trainer = gluon.Trainer(net.collect_params(), OPTS["sgd"](1.0), kvstore="horovod")
+    net.collect_params().setattr("grad_req", "add")
+    for s in range(STEPS):
+        backward(ref, x[s], y[s])
+        ref_trainer.step(n * k * B)
+        for m in range(k):
+            rows = micro_rows(k, m)
+            backward(net, x[s, rows], y[s, rows])
+        trainer.step(k * B * n)
+        net.collect_params().zero_grad()
+    assert_close(param_arrays(net), param_arrays(ref), 0.1, "kvstore by hand k=%d" % k)
+
+
 # --- Module, bound with grad_req='add' ---
 
 def module_symbol():
@@ -138,6 +160,7 @@ def module_run(kind, k):
 
 gluon_run("sgd", 2)
 gluon_run("adam", 3)
+kvstore_by_hand(2)
 module_run("sgd", 2)
 module_run("adam", 3)
 
