@@ -129,10 +129,11 @@ def _accumulating(target, method):
         acc.owner = "gluon.Trainer"
         return acc.updating_after(method)
     acc.owner = "Module"
-    group = target._exec_group
+    group = getattr(target, "_exec_group", None)  # None: not bound (MXNet's update asserts)
+    grads = [g for grads in group.grad_arrays for g in grads if g is not None] \
+        if group is not None else []
     return acc.updating_after(method, written=_written_grads(target), fix=_BIND_ADD,
-                              grads=[g for grads in group.grad_arrays for g in grads
-                                     if g is not None])
+                              grads=grads)
 
 
 _BIND_ADD = ("Bind the module with grad_req='add' (mod.bind(..., grad_req='add'), before "

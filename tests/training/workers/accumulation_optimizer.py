@@ -10,7 +10,6 @@ RANK <r> OK."""
 import warnings
 
 import mxnet as mx
-import numpy as np
 from mxnet import gluon
 
 import mxhorovod as hvd
