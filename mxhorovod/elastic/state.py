@@ -269,7 +269,9 @@ class GluonState(ObjectState):
             for a in _data(name, p):
                 a[:] = value  # a copy into the array, same dtype: bit for bit
         self._set_trainer_states(self._saved_trainer)
-        accumulation = getattr(self.trainer, "_accumulation", None)
+        # A DistributedTrainer's, or the DistributedOptimizer's of a plain gluon.Trainer.
+        accumulation = getattr(self.trainer, "_accumulation", None) or getattr(
+            getattr(self.trainer, "_optimizer", None), "_accumulation", None)
         if accumulation is not None:  # commits hold no gradients: a partial sum is dropped
             accumulation.done()
 

@@ -17,6 +17,7 @@ from mxhorovod.common.naming import next_number
 from mxhorovod.common.process_sets import (ProcessSet, check_member, global_process_set,
                                            outside, set_id, set_size)
 from mxhorovod.common.process_sets import unpickle_set
+from mxhorovod.training.accumulation import Accumulation, check_passes
 
 __all__ = ["DistributedOptimizer", "split_list", "allreduce_row_sparse_"]
 
@@ -96,6 +97,21 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
             around the loaded optimizer, and loads a pickled wrapper into a Trainer made
             without one as its plain optimizer (:mod:`mxhorovod.training.patches`).
 
+        backward_passes_per_step: keyword only; k >= 1 (default 1). Gradient accumulation,
+            as Horovod's PyTorch optimizer: run k backward passes (k micro-batches), then
+            update once (``trainer.step(batch_size)`` with ``batch_size`` this rank's samples
+            over the k passes; ``mod.update()`` with ``rescale_grad=1.0 / (k * B)``, B the
+            module's batch). The gradients add up locally and each is averaged over the
+            ranks once per k passes; that equals one process updating on the whole batch
+            (every rank, every pass). For k > 1 the wrapper owns the gradients: in a
+            ``gluon.Trainer``, parameters with ``grad_req='write'`` get ``'add'`` when the
+            Trainer is made (make it before the first backward); a Module must be bound
+            with ``grad_req='add'``; every gradient is zeroed after each update. The
+            passes are this process's backward calls (``autograd.backward``,
+            ``NDArray.backward``, ``Module.backward``, ``Executor.backward``), as for
+            ``DistributedTrainer``. Only ``gluon.Trainer.step`` / ``update`` and
+            ``Module.update`` update such a wrapper.
+
     Every attribute other than the wrapper's own is read from and written to the wrapped
     optimizer: ``learning_rate``, ``lr_scheduler``, ``create_state``, ... and the
     ``param_dict``, ``idx2name``, ``rescale_grad``, ``lr_mult``/``wd_mult`` that
@@ -116,15 +132,22 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
 
     Raises:
         TypeError: ``optimizer`` is not an ``mx.optimizer.Optimizer``.
+        ValueError: ``backward_passes_per_step`` is not an int >= 1; with k > 1: when a
+            ``gluon.Trainer`` is made with it over a row_sparse gradient; at
+            ``Module.init_optimizer`` or ``update`` when the Module was bound with
+            ``grad_req='write'`` (bind with ``grad_req='add'``); at ``trainer.step`` /
+            ``update`` / ``mod.update`` after fewer than k passes since the last update,
+            saying how many are missing (before anything is sent), or when a gradient was
+            set to ``grad_req='write'`` since; at an update from anywhere else.
     """
 
     # Names that live on the wrapper itself (set below the class: its own methods plus
     # these instance attributes); all others go to the wrapped optimizer.
     _STATE = ("_optimizer", "_gradient_predivide_factor", "_num_groups", "_prefix",
-              "_device_id", "_process_set")
+              "_device_id", "_process_set", "_backward_passes_per_step")
 
     def __init__(self, optimizer, gradient_predivide_factor=1.0, num_groups=0,
-                 process_set=global_process_set):
+                 process_set=global_process_set, *, backward_passes_per_step=1):
         # Deliberately no Optimizer.__init__: all optimizer state lives in ``optimizer``.
         if isinstance(optimizer, DistributedOptimizer):
             raise TypeError("optimizer is already a DistributedOptimizer")
@@ -142,6 +165,16 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
         object.__setattr__(self, "_devices", {})  # device id -> position, in order first seen
         set_id(process_set, "DistributedOptimizer")  # a registered set (this rank may be outside)
         object.__setattr__(self, "_process_set", process_set)
+        object.__setattr__(self, "_backward_passes_per_step",
+                           check_passes(backward_passes_per_step))
+        self._start_accumulation()
+
+    def _start_accumulation(self):
+        # The count of passes and the parameters (a gluon.Trainer's, from param_dict) of
+        # backward_passes_per_step > 1; not pickled: a loaded wrapper starts counting anew.
+        k = self._backward_passes_per_step
+        object.__setattr__(self, "_accumulation", None if k == 1 else Accumulation(
+            getattr(self._optimizer, "param_dict", {}).values(), k, "gluon.Trainer"))
 
     # -- forwarding ---------------------------------------------------------------------
     def __getattribute__(self, name):
@@ -152,8 +185,12 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
     def __setattr__(self, name, value):
         if name in DistributedOptimizer._LOCAL:
             object.__setattr__(self, name, value)
-        else:
-            setattr(self._optimizer, name, value)
+            return
+        if name == "param_dict" and self._accumulation is not None:
+            # gluon.Trainer hands its parameters over here (Trainer.__init__, load_states):
+            # their gradients must add up over the passes.
+            self._accumulation.accumulate(value.values())
+        setattr(self._optimizer, name, value)
 
     def __delattr__(self, name):
         if name in DistributedOptimizer._LOCAL:
@@ -170,9 +207,11 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
 
     def __setstate__(self, state):
         object.__setattr__(self, "_process_set", global_process_set)  # older pickles
+        object.__setattr__(self, "_backward_passes_per_step", 1)
         object.__setattr__(self, "_devices", {})
         for k, v in state.items():
             object.__setattr__(self, k, v)
+        self._start_accumulation()
         # The set registered now with the pickled set's ranks (ProcessSet pickles as its
         # ranks; a pickle made before that carried the first session's id, which may name
         # another set now); the global set is the global set.
@@ -253,9 +292,19 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
             for i, g in zip(index, grad):
                 allreduce_(g, name=self._name(i), **kwargs)
 
+    def _check_accumulating(self):
+        acc = self._accumulation
+        if acc is not None and not acc.updating:
+            raise ValueError(
+                "DistributedOptimizer(backward_passes_per_step=%d) updates only inside "
+                "gluon.Trainer.step / update or Module.update, which check the passes and "
+                "zero the gradients after the update; it was called from elsewhere (an "
+                "Updater of your own?)" % acc.passes)
+
     def update(self, index, weight, grad, state):
         """Average ``grad`` (an NDArray or a list, matching ``index``) over ranks in place,
         then run the wrapped optimizer's ``update``."""
+        self._check_accumulating()
         with gradient_reduction():
             self._do_allreduce(index, grad)
         self._optimizer.update(index, weight, grad, state)
@@ -263,6 +312,7 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
     def update_multi_precision(self, index, weight, grad, state):
         """Average ``grad`` over ranks in place, then run the wrapped optimizer's
         ``update_multi_precision`` (what ``mx.optimizer.Updater`` calls)."""
+        self._check_accumulating()
         with gradient_reduction():
             self._do_allreduce(index, grad)
         self._optimizer.update_multi_precision(index, weight, grad, state)
@@ -270,7 +320,7 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
 
 
 DistributedOptimizer._LOCAL = frozenset(vars(DistributedOptimizer)) | frozenset(
-    DistributedOptimizer._STATE) | {"_devices"}
+    DistributedOptimizer._STATE) | {"_devices", "_accumulation"}
 # Trainer states files pickle the wrapper by its module path: the face mxhorovod.optimizer
 # (the path 0.1.0 wrote and reads), not this module, so they load in 0.1.0 and survive
 # moves of this code.

@@ -14,6 +14,11 @@ views, deferred initialization) live with their feature, not here.
 - ``gluon.Trainer.load_states`` keeps the Trainer's reduction (:func:`install_load_states`).
 - ``mx.mod.Module.update`` with a ``DistributedOptimizer`` checks that the ranks reduce the
   same parameters (:func:`install_module_layout_check`).
+- With a ``DistributedOptimizer(backward_passes_per_step=k)``, k > 1: ``gluon.Trainer.step``
+  / ``update`` and ``Module.update`` check the passes before anything is sent and zero the
+  gradients after the update (:func:`_accumulating`); ``Module.init_optimizer`` refuses a
+  module bound with ``grad_req='write'`` (:func:`install_module_accumulation`). The
+  backward passes are counted by :func:`install_backward_counter`.
 """
 import contextlib
 import functools
@@ -36,7 +41,8 @@ from mxhorovod.training.optimizer import DistributedOptimizer
 from mxhorovod.training.optimizer_state import counts_for_devices, install_optimizer
 
 __all__ = ["install", "install_kvstore_alias", "install_local_save_states",
-           "install_trainer_agreement", "install_load_states", "install_module_layout_check"]
+           "install_trainer_agreement", "install_load_states", "install_module_layout_check",
+           "install_module_accumulation"]
 
 
 def install():
@@ -47,6 +53,7 @@ def install():
     install_trainer_agreement()
     install_load_states()
     install_module_layout_check()
+    install_module_accumulation()
     install_backward_counter()
 
 
@@ -104,6 +111,41 @@ def install_local_save_states():
 
     save_states._mxhorovod_local = True
     trainer_cls.save_states = save_states
+
+
+# --- backward_passes_per_step of a DistributedOptimizer ---
+
+def _accumulating(target, method):
+    """The update of a ``gluon.Trainer`` or ``Module`` whose optimizer is a
+    ``DistributedOptimizer`` with ``backward_passes_per_step`` > 1, as a context: first the
+    passes and the gradients' grad_req are checked (before any collective), then the
+    wrapper reduces and updates, then every gradient is zeroed (:mod:`.accumulation`).
+    Other Trainers and Modules: nothing."""
+    opt = getattr(target, "_optimizer", None)
+    acc = opt._accumulation if isinstance(opt, DistributedOptimizer) else None
+    if acc is None:
+        return contextlib.nullcontext()
+    if not isinstance(target, mx.mod.Module):
+        acc.owner = "gluon.Trainer"
+        return acc.updating_after(method)
+    acc.owner = "Module"
+    group = getattr(target, "_exec_group", None)  # None: not bound (MXNet's update asserts)
+    grads = [g for grads in group.grad_arrays for g in grads if g is not None] \
+        if group is not None else []
+    return acc.updating_after(method, written=_written_grads(target), fix=_BIND_ADD,
+                              grads=grads)
+
+
+_BIND_ADD = ("Bind the module with grad_req='add' (mod.bind(..., grad_req='add'), before "
+             "init_params), and keep rescale_grad = 1.0 / (k * batch_size)")
+
+
+def _written_grads(module):
+    """The names of ``module``'s parameters whose gradients are written, not added."""
+    group = getattr(module, "_exec_group", None)
+    if group is None:
+        return []
+    return [n for n in group.param_names if group.grad_req.get(n) == "write"]
 
 
 # --- gluon.Trainer: agreement across ranks ---
@@ -217,6 +259,10 @@ def install_trainer_agreement():
 
     @functools.wraps(original_step)
     def step(self, batch_size, ignore_stale_grad=False):
+        with _accumulating(self, "step"):
+            return stepped(self, batch_size, ignore_stale_grad)
+
+    def stepped(self, batch_size, ignore_stale_grad):
         if was_reduced(self) and over_kvstore(self) and \
                 reduced_before_step(self, "Trainer (kvstore 'horovod')"):
             return update(self, batch_size, ignore_stale_grad)  # summing again: size() x
@@ -238,10 +284,11 @@ def install_trainer_agreement():
 
     @functools.wraps(original_update)
     def update(self, batch_size, ignore_stale_grad=False):
-        try:
-            return checked_update(self, batch_size, ignore_stale_grad)
-        finally:
-            mark_reduced(self, False)  # also when it raised: the next update must reduce
+        with _accumulating(self, "update"):
+            try:
+                return checked_update(self, batch_size, ignore_stale_grad)
+            finally:
+                mark_reduced(self, False)  # also when it raised: the next update must reduce
 
     def checked_update(self, batch_size, ignore_stale_grad):
         check_layout(self)
@@ -311,8 +358,9 @@ def install_module_layout_check():
     whenever its parameters without gradients change (a new bind), that the ranks reduce
     the same parameters: ``fixed_param_names`` or a symbol that differ by rank hung every
     rank in the optimizer's allreduces. Checked once per optimizer (the modules of a
-    BucketingModule share one) and again when the set of gradient-less parameters changes. Other Modules run MXNet's code unchanged.
-    Idempotent."""
+    BucketingModule share one) and again when the set of gradient-less parameters changes.
+    With ``backward_passes_per_step`` > 1 the update runs inside :func:`_accumulating`.
+    Other Modules run MXNet's code unchanged. Idempotent."""
     module_cls = mx.mod.Module
     if getattr(module_cls.update, "_mxhorovod_layout", False):
         return
@@ -342,6 +390,41 @@ def install_module_layout_check():
                              opt._reduction_settings())
         return original(self)
 
-    update = functools.wraps(original)(update)
-    update._mxhorovod_layout = True
-    module_cls.update = update
+    def accumulated_update(self):
+        # backward_passes_per_step: the passes are checked before the layout check's
+        # collective, the gradients zeroed after the update.
+        with _accumulating(self, "update"):
+            return update(self)
+
+    accumulated_update = functools.wraps(original)(accumulated_update)
+    accumulated_update._mxhorovod_layout = True
+    module_cls.update = accumulated_update
+
+
+def install_module_accumulation():
+    """Wraps ``mx.mod.Module.init_optimizer``: a ``DistributedOptimizer`` with
+    ``backward_passes_per_step`` > 1 given to a Module bound with ``grad_req='write'`` is
+    refused there, at once, rather than at the update after the user's first k passes
+    (MXNet fixes grad_req when it binds the executors). Other calls run MXNet's code
+    unchanged. Idempotent."""
+    module_cls = mx.mod.Module
+    original = module_cls.init_optimizer
+    if getattr(original, "_mxhorovod_accumulation", False):
+        return
+
+    @functools.wraps(original)
+    def init_optimizer(self, kvstore="local", optimizer="sgd",
+                       optimizer_params=(("learning_rate", 0.01),), force_init=False):
+        acc = optimizer._accumulation if isinstance(optimizer, DistributedOptimizer) else None
+        written = _written_grads(self) if acc is not None else []
+        if written:
+            raise ValueError(
+                "Module.init_optimizer: DistributedOptimizer(backward_passes_per_step=%d) "
+                "adds the gradients up over the passes, but the module was bound with "
+                "grad_req='write' (%s), which keeps the last pass only. %s"
+                % (acc.passes, ", ".join("'%s'" % w for w in written[:4]) +
+                   (", ..." if len(written) > 4 else ""), _BIND_ADD))
+        return original(self, kvstore, optimizer, optimizer_params, force_init)
+
+    init_optimizer._mxhorovod_accumulation = True
+    module_cls.init_optimizer = init_optimizer

@@ -133,6 +133,8 @@ class DistributedTrainer(mx.gluon.Trainer):
         if isinstance(optimizer, DistributedOptimizer):
             warn_user("DistributedTrainer does not take a DistributedOptimizer: it was "
                       "unwrapped, DistributedTrainer averages the gradients itself.")
+            if backward_passes_per_step == 1:  # the wrapper's accumulation, if it has one
+                backward_passes_per_step = optimizer._backward_passes_per_step
             optimizer = optimizer._optimizer
         if not isinstance(optimizer, (str, mx.optimizer.Optimizer)):
             raise TypeError("optimizer must be a str or mx.optimizer.Optimizer, got %s"
