@@ -17,6 +17,7 @@ from mxhorovod.common.naming import next_number
 from mxhorovod.common.process_sets import (ProcessSet, check_member, global_process_set,
                                            outside, set_id, set_size)
 from mxhorovod.common.process_sets import unpickle_set
+from mxhorovod.training import update_layout
 
 __all__ = ["DistributedOptimizer", "split_list", "allreduce_row_sparse_"]
 
@@ -253,18 +254,31 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
             for i, g in zip(index, grad):
                 allreduce_(g, name=self._name(i), **kwargs)
 
+    def _settle(self, weight):
+        # NAG's and centered RMSProp's in-place updates give other bits on a weight that an
+        # evaluation pass left in MKLDNN's layout, which depends on timing: put back in the
+        # plain layout first, so every rank computes alike (mxhorovod.training.update_layout).
+        if update_layout.layout_sensitive(self._optimizer):
+            ps = self._process_set
+            if not outside(ps) and set_size(ps, "DistributedOptimizer") > 1:
+                update_layout.settle_weights(weight if isinstance(weight, (list, tuple))
+                                             else [weight])
+
     def update(self, index, weight, grad, state):
         """Average ``grad`` (an NDArray or a list, matching ``index``) over ranks in place,
-        then run the wrapped optimizer's ``update``."""
+        then run the wrapped optimizer's ``update`` (on weights in the plain layout where
+        the update depends on it: :mod:`mxhorovod.training.update_layout`)."""
         with gradient_reduction():
             self._do_allreduce(index, grad)
+        self._settle(weight)
         self._optimizer.update(index, weight, grad, state)
 
     def update_multi_precision(self, index, weight, grad, state):
         """Average ``grad`` over ranks in place, then run the wrapped optimizer's
-        ``update_multi_precision`` (what ``mx.optimizer.Updater`` calls)."""
+        ``update_multi_precision`` (what ``mx.optimizer.Updater`` calls), as ``update``."""
         with gradient_reduction():
             self._do_allreduce(index, grad)
+        self._settle(weight)
         self._optimizer.update_multi_precision(index, weight, grad, state)
 
 

@@ -31,6 +31,7 @@ from mxhorovod.checks.layout_check import LayoutCheck, check_one_context, module
 from mxhorovod.checks.unreduced import mark_reduced, needs_reduction, reduced_before_step, was_reduced
 from mxhorovod.common.process_sets import global_process_set, outside, set_size
 from mxhorovod.training.accumulation import install_backward_counter
+from mxhorovod.training import update_layout
 from mxhorovod.training.kvstore import Horovod
 from mxhorovod.training.optimizer import DistributedOptimizer
 from mxhorovod.training.optimizer_state import counts_for_devices, install_optimizer
@@ -215,6 +216,14 @@ def install_trainer_agreement():
         return not isinstance(trainer._optimizer, DistributedOptimizer) and \
             _agreement(trainer, "fresh") is not None
 
+    def settle_layouts(trainer):
+        # Over kvstore 'horovod' the optimizer runs here, on every rank: weights in the
+        # plain layout for updates that depend on it (mxhorovod.training.update_layout). A
+        # DistributedOptimizer does it itself (also under Module).
+        if update_layout.layout_sensitive(trainer._optimizer) and over_kvstore(trainer):
+            update_layout.settle_weights([p.list_data() for p in trainer._params
+                                          if p.grad_req != "null"])
+
     @functools.wraps(original_step)
     def step(self, batch_size, ignore_stale_grad=False):
         if was_reduced(self) and over_kvstore(self) and \
@@ -226,6 +235,7 @@ def install_trainer_agreement():
             agree = needed(self, ignore_stale_grad)
             if agree is not None and ignore_stale_grad:
                 zero_stale_where_fresh_elsewhere(self._params, agree[0], agree[1])
+            settle_layouts(self)
             with amp_context(self, agree):
                 return original_step(self, batch_size, ignore_stale_grad)
         finally:
@@ -263,6 +273,7 @@ def install_trainer_agreement():
                         "allreduce_grads() has summed the stale ones in; use "
                         "step(batch_size, ignore_stale_grad=True)"
                         % ", ".join("'%s'" % m for m in mixed))
+        settle_layouts(self)
         with amp_context(self, agree):
             return original_update(self, batch_size, ignore_stale_grad)
 

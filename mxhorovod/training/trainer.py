@@ -22,6 +22,7 @@ from mxhorovod.common.process_sets import (check_member, global_process_set, out
 from mxhorovod.training.accumulation import Accumulation
 from mxhorovod.training.buckets import GradientBuckets
 from mxhorovod.training.compression import Compression, wire_path
+from mxhorovod.training import update_layout
 from mxhorovod.training.optimizer import DistributedOptimizer, allreduce_row_sparse_, split_list
 
 __all__ = ["DistributedTrainer"]
@@ -276,6 +277,18 @@ class DistributedTrainer(mx.gluon.Trainer):
                     % ", ".join("'%s'" % m for m in mixed))
         self._check_batch_size(batch_size, "update")
         super(DistributedTrainer, self).update(batch_size, ignore_stale_grad)
+
+    def _update(self, ignore_stale_grad=False):
+        # NAG's and centered RMSProp's in-place updates give other bits on a weight that an
+        # evaluation pass left in MKLDNN's layout, which depends on timing: the weights are
+        # put back in the plain layout first, so every rank computes alike
+        # (mxhorovod.training.update_layout; engine order only, nothing waits).
+        if update_layout.layout_sensitive(self._optimizer) and \
+                not outside(self._process_set) and \
+                set_size(self._process_set, "DistributedTrainer") > 1:
+            update_layout.settle_weights([p.list_data() for p in self._params
+                                          if p.grad_req != "null"])
+        super(DistributedTrainer, self)._update(ignore_stale_grad)
 
     def _check_batch_size(self, batch_size, method="step"):
         # Ranks passing different batch sizes update differently: warned two steps later
