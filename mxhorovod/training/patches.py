@@ -9,8 +9,10 @@ views, deferred initialization) live with their feature, not here.
   (:func:`install_kvstore_alias`); its ``save_states`` makes no collective before the
   first step (:func:`install_local_save_states`).
 - ``gluon.Trainer.step`` / ``update`` / ``allreduce_grads``: the ranks agree on fresh
-  gradients, AMP overflow, batch sizes and the parameters they reduce, for a Trainer over
-  kvstore 'horovod' or with a ``DistributedOptimizer`` (:func:`install_trainer_agreement`).
+  gradients, AMP overflow, batch sizes and the parameters they reduce, check that their
+  parameters stay identical, and (over kvstore 'horovod') settle weight layouts before
+  updates that depend on them, for a Trainer over kvstore 'horovod' or with a
+  ``DistributedOptimizer`` (:func:`install_trainer_agreement`).
 - ``gluon.Trainer.load_states`` keeps the Trainer's reduction (:func:`install_load_states`).
 - ``mx.mod.Module.update`` with a ``DistributedOptimizer`` checks that the ranks reduce the
   same parameters (:func:`install_module_layout_check`).
@@ -28,6 +30,7 @@ from mxhorovod.checks.agreement import (agreed_amp_overflow, mixed_freshness,
                                         zero_stale_where_fresh_elsewhere)
 from mxhorovod.checks.batch_check import BatchSizeCheck
 from mxhorovod.checks.layout_check import LayoutCheck, check_one_context, module_rows
+from mxhorovod.checks.parameter_check import ParameterCheck
 from mxhorovod.checks.unreduced import mark_reduced, needs_reduction, reduced_before_step, was_reduced
 from mxhorovod.common.process_sets import global_process_set, outside, set_size
 from mxhorovod.training.accumulation import install_backward_counter
@@ -206,11 +209,29 @@ def install_trainer_agreement():
             if check is None:
                 check = trainer._mxhorovod_layout_check = LayoutCheck()
             wrapped = isinstance(trainer._optimizer, DistributedOptimizer)
+            # Ranks checking their parameters at other updates would wait in that check.
+            settings = (trainer._optimizer._reduction_settings() if wrapped else ()) + \
+                (("MXHOROVOD_PARAMETER_CHECK_STEPS", parameter_check(trainer).steps),)
             check.check(trainer._params, target[0], target[1],
                         "Trainer with %s" % ("a DistributedOptimizer" if wrapped
                                              else "kvstore 'horovod'"),
-                        trainer._optimizer._reduction_settings() if wrapped else (),
+                        settings,
                         contexts=len(trainer._contexts) if trainer._contexts else None)
+
+    def parameter_check(trainer):
+        check = vars(trainer).get("_mxhorovod_parameter_check")
+        if check is None:
+            check = trainer._mxhorovod_parameter_check = ParameterCheck()
+        return check
+
+    def check_parameters(trainer):
+        # Are the ranks' weights still identical? Every N-th update, read two updates later
+        # (mxhorovod.checks.parameter_check); after check_layout, which compares N.
+        target = _agreement(trainer, "parameters")
+        if target is not None:
+            label = "Trainer with %s" % ("a DistributedOptimizer" if isinstance(
+                trainer._optimizer, DistributedOptimizer) else "kvstore 'horovod'")
+            parameter_check(trainer).step(trainer._params, target[0], target[1], label)
 
     def over_kvstore(trainer):  # kvstore 'horovod', more than one rank
         return not isinstance(trainer._optimizer, DistributedOptimizer) and \
@@ -235,6 +256,7 @@ def install_trainer_agreement():
             agree = needed(self, ignore_stale_grad)
             if agree is not None and ignore_stale_grad:
                 zero_stale_where_fresh_elsewhere(self._params, agree[0], agree[1])
+            check_parameters(self)
             settle_layouts(self)
             with amp_context(self, agree):
                 return original_step(self, batch_size, ignore_stale_grad)
@@ -273,6 +295,7 @@ def install_trainer_agreement():
                         "allreduce_grads() has summed the stale ones in; use "
                         "step(batch_size, ignore_stale_grad=True)"
                         % ", ".join("'%s'" % m for m in mixed))
+        check_parameters(self)
         settle_layouts(self)
         with amp_context(self, agree):
             return original_update(self, batch_size, ignore_stale_grad)
