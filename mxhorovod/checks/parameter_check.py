@@ -9,7 +9,7 @@ int64 allreduce (Max) of the digests and their complements, named
 ``<trainer prefix>parameters``: the ranks agree on a parameter exactly when both maxima
 match. It is read two updates later, when it has long completed: the step never waits for
 the peers. Reading the weights waits for this rank's previous update (usually done) and
-costs about 0.7 ms per MB of parameters (copy and CRC), once per check.
+costs about 0.5 ms per MB of parameters (copy and CRC; ResNet-50: 54 ms), once per check.
 
 A mismatch warns once per trainer, on every rank of the set, naming the step, the first
 parameter that differs (its number and this rank's name for it), which ranks hold which

@@ -141,6 +141,7 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
         object.__setattr__(self, "_prefix", None)  # numbered at the first reduction (_name)
         object.__setattr__(self, "_device_id", 0)  # position of the current context
         object.__setattr__(self, "_devices", {})  # device id -> position, in order first seen
+        object.__setattr__(self, "_settler", update_layout.Settler())  # see _settle
         set_id(process_set, "DistributedOptimizer")  # a registered set (this rank may be outside)
         object.__setattr__(self, "_process_set", process_set)
 
@@ -172,6 +173,7 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
     def __setstate__(self, state):
         object.__setattr__(self, "_process_set", global_process_set)  # older pickles
         object.__setattr__(self, "_devices", {})
+        object.__setattr__(self, "_settler", update_layout.Settler())
         for k, v in state.items():
             object.__setattr__(self, k, v)
         # The set registered now with the pickled set's ranks (ProcessSet pickles as its
@@ -254,15 +256,18 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
             for i, g in zip(index, grad):
                 allreduce_(g, name=self._name(i), **kwargs)
 
-    def _settle(self, weight):
+    def _settle(self, index, weight):
         # NAG's and centered RMSProp's in-place updates give other bits on a weight that an
-        # evaluation pass left in MKLDNN's layout, which depends on timing: put back in the
-        # plain layout first, so every rank computes alike (mxhorovod.training.update_layout).
+        # evaluation pass left in MKLDNN's layout, which depends on timing: after such a
+        # pass, put back in the plain layout first, so every rank computes alike
+        # (mxhorovod.training.update_layout).
         if update_layout.layout_sensitive(self._optimizer):
             ps = self._process_set
             if not outside(ps) and set_size(ps, "DistributedOptimizer") > 1:
-                update_layout.settle_weights(weight if isinstance(weight, (list, tuple))
-                                             else [weight])
+                many = isinstance(weight, (list, tuple))
+                keys = [(i, self._device_id) for i in (index if many else [index])]
+                by_key = dict(zip(keys, weight if many else [weight]))
+                self._settler.settle(keys, lambda stale: [by_key[k] for k in stale])
 
     def update(self, index, weight, grad, state):
         """Average ``grad`` (an NDArray or a list, matching ``index``) over ranks in place,
@@ -270,7 +275,7 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
         the update depends on it: :mod:`mxhorovod.training.update_layout`)."""
         with gradient_reduction():
             self._do_allreduce(index, grad)
-        self._settle(weight)
+        self._settle(index, weight)
         self._optimizer.update(index, weight, grad, state)
 
     def update_multi_precision(self, index, weight, grad, state):
@@ -278,13 +283,13 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
         ``update_multi_precision`` (what ``mx.optimizer.Updater`` calls), as ``update``."""
         with gradient_reduction():
             self._do_allreduce(index, grad)
-        self._settle(weight)
+        self._settle(index, weight)
         self._optimizer.update_multi_precision(index, weight, grad, state)
 
 
 
 DistributedOptimizer._LOCAL = frozenset(vars(DistributedOptimizer)) | frozenset(
-    DistributedOptimizer._STATE) | {"_devices"}
+    DistributedOptimizer._STATE) | {"_devices", "_settler"}
 # Trainer states files pickle the wrapper by its module path: the face mxhorovod.optimizer
 # (the path 0.1.0 wrote and reads), not this module, so they load in 0.1.0 and survive
 # moves of this code.

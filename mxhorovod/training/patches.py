@@ -16,6 +16,9 @@ views, deferred initialization) live with their feature, not here.
 - ``gluon.Trainer.load_states`` keeps the Trainer's reduction (:func:`install_load_states`).
 - ``mx.mod.Module.update`` with a ``DistributedOptimizer`` checks that the ranks reduce the
   same parameters (:func:`install_module_layout_check`).
+- ``mx.autograd.set_training``, ``gluon.Parameter.data`` and ``Executor.forward`` count
+  inference-mode forwards, after which NAG's updates settle the weights' layout first
+  (:func:`mxhorovod.training.update_layout.install_inference_counter`).
 """
 import contextlib
 import functools
@@ -52,6 +55,7 @@ def install():
     install_load_states()
     install_module_layout_check()
     install_backward_counter()
+    update_layout.install_inference_counter()
 
 
 # --- kvstore 'horovod' ---
@@ -242,8 +246,12 @@ def install_trainer_agreement():
         # plain layout for updates that depend on it (mxhorovod.training.update_layout). A
         # DistributedOptimizer does it itself (also under Module).
         if update_layout.layout_sensitive(trainer._optimizer) and over_kvstore(trainer):
-            update_layout.settle_weights([p.list_data() for p in trainer._params
-                                          if p.grad_req != "null"])
+            settler = vars(trainer).get("_mxhorovod_settler")
+            if settler is None:
+                settler = trainer._mxhorovod_settler = update_layout.Settler()
+            params = trainer._params
+            settler.settle([i for i, p in enumerate(params) if p.grad_req != "null"],
+                           lambda keys: [params[i].list_data() for i in keys])
 
     @functools.wraps(original_step)
     def step(self, batch_size, ignore_stale_grad=False):

@@ -184,6 +184,7 @@ class DistributedTrainer(mx.gluon.Trainer):
         self._batch_check = BatchSizeCheck()
         self._layout_check = LayoutCheck()
         self._parameter_check = ParameterCheck()
+        self._settler = update_layout.Settler()
 
     def _reduce_kwargs(self):
         f = self._gradient_predivide_factor
@@ -303,12 +304,13 @@ class DistributedTrainer(mx.gluon.Trainer):
             self._parameter_check.step(self._params, self._prefix + "parameters",
                                        self._process_set, "DistributedTrainer")
         # NAG's and centered RMSProp's in-place updates give other bits on a weight that an
-        # evaluation pass left in MKLDNN's layout, which depends on timing: the weights are
-        # put back in the plain layout first, so every rank computes alike
-        # (mxhorovod.training.update_layout; engine order only, nothing waits).
+        # evaluation pass left in MKLDNN's layout, which depends on timing: after such a
+        # pass the weights are put back in the plain layout first, so every rank computes
+        # alike (mxhorovod.training.update_layout; engine order only, nothing waits).
         if distributed and update_layout.layout_sensitive(self._optimizer):
-            update_layout.settle_weights([p.list_data() for p in self._params
-                                          if p.grad_req != "null"])
+            params = self._params
+            self._settler.settle([i for i, p in enumerate(params) if p.grad_req != "null"],
+                                 lambda keys: [params[i].list_data() for i in keys])
         super(DistributedTrainer, self)._update(ignore_stale_grad)
 
     def _check_batch_size(self, batch_size, method="step"):

@@ -17,19 +17,40 @@ ranks that started equal drift apart by a few ulp (issue 48, item 5).
 and a write of that copy back into the weight: a write that does not read the weight
 leaves it in the plain layout whatever it was, with the same values. The update then runs
 in place on plain memory on every rank, exactly as one process does without an evaluation
-pass. Engine order only: nothing waits. Cost: two copies of the convolution weights per update
-(two queued operations each: about 0.25 ms per update for the MNIST example's two), for
-these optimizers only (the others give the same bits in both layouts), and only where the
-update is one of several ranks' (one process has no peer to differ from).
+pass. Engine order only: nothing waits.
+
+Only inference-mode forwards leave weights in MKLDNN's layout, so a :class:`Settler` (one
+per trainer or optimizer) settles a weight only when an inference-mode forward has run in
+this process since it last settled it: a Gluon ``Parameter.data()`` read outside
+``autograd.train_mode()`` (every Gluon forward reads its parameters so, hybridized or
+not), or an ``Executor.forward(is_train=False)`` (Module's ``predict``, ``score``),
+counted by :func:`install_inference_counter`. Training alone costs nothing; the first
+update after an evaluation pass pays two copies of the convolution weights (ResNet-50:
+about 0.14 s on one thread of this machine, once per evaluation pass), for these
+optimizers only (the others give the same bits in both layouts), and only where the update
+is one of several ranks' (one process has no peer to differ from). A convolution run
+directly on a weight (``mx.nd.Convolution(x, w)``) outside training mode is not counted:
+the parameter check (:mod:`mxhorovod.checks.parameter_check`) would report the drift.
 """
+import functools
+import threading
+
 import mxnet as mx
 import numpy as np
 
 from mxhorovod.collectives.submit import MKLDNN
 
-__all__ = ["layout_sensitive", "settle_weights"]
+__all__ = ["Settler", "install_inference_counter", "layout_sensitive", "settle_weights"]
 
 _FLOAT32 = np.dtype(np.float32)
+
+
+class _Training(threading.local):
+    on = False  # autograd's training mode of this thread (MXNet's is per thread; off at start)
+
+
+_training = _Training()
+_inference_reads = [0]  # inference-mode parameter reads and executor forwards so far
 
 
 def layout_sensitive(optimizer):
@@ -70,3 +91,62 @@ def settle_weights(weights):
                 # identity writes (kWriteTo) an array it does not read: MXNet drops the
                 # weight's MKLDNN memory and writes the plain layout. w.copy() reads either.
                 mx.nd.identity(w.copy(), out=w)
+
+
+class Settler(object):
+    """One per trainer or optimizer: ``settle(keys, weights_of)`` before an update settles
+    the weights of the keys (parameters' indices) not settled since the last inference-mode
+    forward of this process (see the module doc); ``weights_of(keys)`` gives their arrays,
+    called only then (training alone costs a dictionary lookup per key)."""
+
+    def __init__(self):
+        self._seen = {}  # key -> _inference_reads when last settled
+
+    def settle(self, keys, weights_of):
+        now = _inference_reads[0]
+        seen = self._seen
+        stale = [k for k in keys if seen.get(k) != now]
+        if stale:
+            for k in stale:
+                seen[k] = now
+            settle_weights(weights_of(stale))
+
+
+def install_inference_counter():
+    """Wraps ``mx.autograd.set_training`` (which ``record``, ``train_mode`` and
+    ``predict_mode`` call) to follow each thread's training mode, and counts
+    ``gluon.Parameter.data`` calls outside it and ``Executor.forward(is_train=False)``
+    (see the module doc). Idempotent."""
+    if getattr(mx.autograd.set_training, "_mxhorovod_follows", False):
+        return
+    original_set = mx.autograd.set_training
+
+    @functools.wraps(original_set)
+    def set_training(train_mode):
+        previous = original_set(train_mode)
+        _training.on = bool(train_mode)
+        return previous
+
+    set_training._mxhorovod_follows = True
+    mx.autograd.set_training = set_training
+    _training.on = bool(mx.autograd.is_training())
+
+    original_data = mx.gluon.Parameter.data
+
+    @functools.wraps(original_data)
+    def data(self, ctx=None):
+        if not _training.on:
+            _inference_reads[0] += 1
+        return original_data(self, ctx)
+
+    mx.gluon.Parameter.data = data
+
+    original_forward = mx.executor.Executor.forward
+
+    @functools.wraps(original_forward)
+    def forward(self, is_train=False, **kwargs):
+        if not is_train:
+            _inference_reads[0] += 1
+        return original_forward(self, is_train, **kwargs)
+
+    mx.executor.Executor.forward = forward
