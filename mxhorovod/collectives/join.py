@@ -6,7 +6,15 @@ import mxnet as mx
 
 import mxhorovod._core as _core
 
-__all__ = ["join"]
+__all__ = ["join", "after_join"]
+
+_after_join = []  # callables run after each join() returns (the checks realign)
+
+
+def after_join(fn):
+    """Run ``fn()`` after every ``join()`` of this process has returned (every rank then
+    stands at the same point)."""
+    _after_join.append(fn)
 
 
 def join():
@@ -40,4 +48,7 @@ def join():
             shutdown or failure).
     """
     mx.nd.waitall()
-    return _core.join()
+    last = _core.join()
+    for fn in _after_join:
+        fn()
+    return last

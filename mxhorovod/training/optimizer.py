@@ -18,6 +18,7 @@ from mxhorovod.common.process_sets import (ProcessSet, check_member, global_proc
                                            outside, set_id, set_size)
 from mxhorovod.common.process_sets import unpickle_set
 from mxhorovod.training.accumulation import Accumulation, check_passes
+from mxhorovod.training import update_layout
 
 __all__ = ["DistributedOptimizer", "split_list", "allreduce_row_sparse_"]
 
@@ -163,6 +164,7 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
         object.__setattr__(self, "_prefix", None)  # numbered at the first reduction (_name)
         object.__setattr__(self, "_device_id", 0)  # position of the current context
         object.__setattr__(self, "_devices", {})  # device id -> position, in order first seen
+        object.__setattr__(self, "_settler", update_layout.Settler())  # see _settle
         set_id(process_set, "DistributedOptimizer")  # a registered set (this rank may be outside)
         object.__setattr__(self, "_process_set", process_set)
         object.__setattr__(self, "_backward_passes_per_step",
@@ -209,6 +211,7 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
         object.__setattr__(self, "_process_set", global_process_set)  # older pickles
         object.__setattr__(self, "_backward_passes_per_step", 1)
         object.__setattr__(self, "_devices", {})
+        object.__setattr__(self, "_settler", update_layout.Settler())
         for k, v in state.items():
             object.__setattr__(self, k, v)
         self._start_accumulation()
@@ -301,26 +304,42 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
                 "zero the gradients after the update; it was called from elsewhere (an "
                 "Updater of your own?)" % acc.passes)
 
+    def _settle(self, index, weight):
+        # NAG's and centered RMSProp's in-place updates give other bits on a weight that an
+        # evaluation pass left in MKLDNN's layout, which depends on timing: after such a
+        # pass, put back in the plain layout first, so every rank computes alike
+        # (mxhorovod.training.update_layout).
+        if update_layout.layout_sensitive(self._optimizer):
+            ps = self._process_set
+            if not outside(ps) and set_size(ps, "DistributedOptimizer") > 1:
+                many = isinstance(weight, (list, tuple))
+                keys = [(i, self._device_id) for i in (index if many else [index])]
+                by_key = dict(zip(keys, weight if many else [weight]))
+                self._settler.settle(keys, lambda stale: [by_key[k] for k in stale])
+
     def update(self, index, weight, grad, state):
         """Average ``grad`` (an NDArray or a list, matching ``index``) over ranks in place,
-        then run the wrapped optimizer's ``update``."""
+        then run the wrapped optimizer's ``update`` (on weights in the plain layout where
+        the update depends on it: :mod:`mxhorovod.training.update_layout`)."""
         self._check_accumulating()
         with gradient_reduction():
             self._do_allreduce(index, grad)
+        self._settle(index, weight)
         self._optimizer.update(index, weight, grad, state)
 
     def update_multi_precision(self, index, weight, grad, state):
         """Average ``grad`` over ranks in place, then run the wrapped optimizer's
-        ``update_multi_precision`` (what ``mx.optimizer.Updater`` calls)."""
+        ``update_multi_precision`` (what ``mx.optimizer.Updater`` calls), as ``update``."""
         self._check_accumulating()
         with gradient_reduction():
             self._do_allreduce(index, grad)
+        self._settle(index, weight)
         self._optimizer.update_multi_precision(index, weight, grad, state)
 
 
 
 DistributedOptimizer._LOCAL = frozenset(vars(DistributedOptimizer)) | frozenset(
-    DistributedOptimizer._STATE) | {"_devices", "_accumulation"}
+    DistributedOptimizer._STATE) | {"_devices", "_accumulation", "_settler"}
 # Trainer states files pickle the wrapper by its module path: the face mxhorovod.optimizer
 # (the path 0.1.0 wrote and reads), not this module, so they load in 0.1.0 and survive
 # moves of this code.

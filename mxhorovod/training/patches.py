@@ -9,8 +9,10 @@ views, deferred initialization) live with their feature, not here.
   (:func:`install_kvstore_alias`); its ``save_states`` makes no collective before the
   first step (:func:`install_local_save_states`).
 - ``gluon.Trainer.step`` / ``update`` / ``allreduce_grads``: the ranks agree on fresh
-  gradients, AMP overflow, batch sizes and the parameters they reduce, for a Trainer over
-  kvstore 'horovod' or with a ``DistributedOptimizer`` (:func:`install_trainer_agreement`).
+  gradients, AMP overflow, batch sizes and the parameters they reduce, check that their
+  parameters stay identical, and (over kvstore 'horovod') settle weight layouts before
+  updates that depend on them, for a Trainer over kvstore 'horovod' or with a
+  ``DistributedOptimizer`` (:func:`install_trainer_agreement`).
 - ``gluon.Trainer.load_states`` keeps the Trainer's reduction (:func:`install_load_states`).
 - ``mx.mod.Module.update`` with a ``DistributedOptimizer`` checks that the ranks reduce the
   same parameters (:func:`install_module_layout_check`).
@@ -19,6 +21,9 @@ views, deferred initialization) live with their feature, not here.
   gradients after the update (:func:`_accumulating`); ``Module.init_optimizer`` refuses a
   module bound with ``grad_req='write'`` (:func:`install_module_accumulation`). The
   backward passes are counted by :func:`install_backward_counter`.
+- ``mx.autograd.set_training``, ``gluon.Parameter.data`` and ``Executor.forward`` count
+  inference-mode forwards, after which NAG's updates settle the weights' layout first
+  (:func:`mxhorovod.training.update_layout.install_inference_counter`).
 """
 import contextlib
 import functools
@@ -33,9 +38,11 @@ from mxhorovod.checks.agreement import (agreed_amp_overflow, mixed_freshness,
                                         zero_stale_where_fresh_elsewhere)
 from mxhorovod.checks.batch_check import BatchSizeCheck
 from mxhorovod.checks.layout_check import LayoutCheck, check_one_context, module_rows
+from mxhorovod.checks.parameter_check import ParameterCheck
 from mxhorovod.checks.unreduced import mark_reduced, needs_reduction, reduced_before_step, was_reduced
 from mxhorovod.common.process_sets import global_process_set, outside, set_size
 from mxhorovod.training.accumulation import install_backward_counter
+from mxhorovod.training import update_layout
 from mxhorovod.training.kvstore import Horovod
 from mxhorovod.training.optimizer import DistributedOptimizer
 from mxhorovod.training.optimizer_state import counts_for_devices, install_optimizer
@@ -55,6 +62,7 @@ def install():
     install_module_layout_check()
     install_module_accumulation()
     install_backward_counter()
+    update_layout.install_inference_counter()
 
 
 # --- kvstore 'horovod' ---
@@ -247,15 +255,45 @@ def install_trainer_agreement():
             if check is None:
                 check = trainer._mxhorovod_layout_check = LayoutCheck()
             wrapped = isinstance(trainer._optimizer, DistributedOptimizer)
+            # Ranks checking their parameters at other updates would wait in that check.
+            settings = (trainer._optimizer._reduction_settings() if wrapped else ()) + \
+                (("MXHOROVOD_PARAMETER_CHECK_STEPS", parameter_check(trainer).steps),)
             check.check(trainer._params, target[0], target[1],
                         "Trainer with %s" % ("a DistributedOptimizer" if wrapped
                                              else "kvstore 'horovod'"),
-                        trainer._optimizer._reduction_settings() if wrapped else (),
+                        settings,
                         contexts=len(trainer._contexts) if trainer._contexts else None)
+
+    def parameter_check(trainer):
+        check = vars(trainer).get("_mxhorovod_parameter_check")
+        if check is None:
+            check = trainer._mxhorovod_parameter_check = ParameterCheck()
+        return check
+
+    def check_parameters(trainer):
+        # Are the ranks' weights still identical? Every N-th update, read two updates later
+        # (mxhorovod.checks.parameter_check); after check_layout, which compares N.
+        target = _agreement(trainer, "parameters")
+        if target is not None:
+            label = "Trainer with %s" % ("a DistributedOptimizer" if isinstance(
+                trainer._optimizer, DistributedOptimizer) else "kvstore 'horovod'")
+            parameter_check(trainer).step(trainer._params, target[0], target[1], label)
 
     def over_kvstore(trainer):  # kvstore 'horovod', more than one rank
         return not isinstance(trainer._optimizer, DistributedOptimizer) and \
             _agreement(trainer, "fresh") is not None
+
+    def settle_layouts(trainer):
+        # Over kvstore 'horovod' the optimizer runs here, on every rank: weights in the
+        # plain layout for updates that depend on it (mxhorovod.training.update_layout). A
+        # DistributedOptimizer does it itself (also under Module).
+        if update_layout.layout_sensitive(trainer._optimizer) and over_kvstore(trainer):
+            settler = vars(trainer).get("_mxhorovod_settler")
+            if settler is None:
+                settler = trainer._mxhorovod_settler = update_layout.Settler()
+            params = trainer._params
+            settler.settle([i for i, p in enumerate(params) if p.grad_req != "null"],
+                           lambda keys: [params[i].list_data() for i in keys])
 
     @functools.wraps(original_step)
     def step(self, batch_size, ignore_stale_grad=False):
@@ -272,6 +310,8 @@ def install_trainer_agreement():
             agree = needed(self, ignore_stale_grad)
             if agree is not None and ignore_stale_grad:
                 zero_stale_where_fresh_elsewhere(self._params, agree[0], agree[1])
+            check_parameters(self)
+            settle_layouts(self)
             with amp_context(self, agree):
                 return original_step(self, batch_size, ignore_stale_grad)
         finally:
@@ -310,6 +350,8 @@ def install_trainer_agreement():
                         "allreduce_grads() has summed the stale ones in; use "
                         "step(batch_size, ignore_stale_grad=True)"
                         % ", ".join("'%s'" % m for m in mixed))
+        check_parameters(self)
+        settle_layouts(self)
         with amp_context(self, agree):
             return original_update(self, batch_size, ignore_stale_grad)
 

@@ -12,6 +12,7 @@ import numpy as np
 from mxhorovod.checks.agreement import mixed_freshness, zero_stale_where_fresh_elsewhere
 from mxhorovod.checks.batch_check import BatchSizeCheck
 from mxhorovod.checks.layout_check import LayoutCheck
+from mxhorovod.checks.parameter_check import ParameterCheck
 from mxhorovod.checks.unreduced import mark_reduced, needs_reduction
 import mxhorovod._core as _core
 from mxhorovod.collectives.ops import Average, allreduce_, grouped_allreduce_
@@ -23,6 +24,7 @@ from mxhorovod.common.process_sets import (check_member, global_process_set, out
 from mxhorovod.training.accumulation import Accumulation
 from mxhorovod.training.buckets import GradientBuckets
 from mxhorovod.training.compression import Compression, wire_path
+from mxhorovod.training import update_layout
 from mxhorovod.training.optimizer import DistributedOptimizer, allreduce_row_sparse_, split_list
 
 __all__ = ["DistributedTrainer"]
@@ -96,6 +98,14 @@ class DistributedTrainer(mx.gluon.Trainer):
             training in one process it cannot tell their passes apart. An elastic
             ``GluonState.restore()`` drops a partial sum (commits hold no gradients).
 
+    The ranks' weights stay bit-identical: updates whose result depends on MXNet's MKLDNN
+    layout (NAG with momentum, centered RMSProp) run on weights put back in the plain
+    layout first (:mod:`mxhorovod.training.update_layout`), and every
+    ``MXHOROVOD_PARAMETER_CHECK_STEPS``-th update (default 100; 0: off) the ranks compare a
+    digest of every trainable parameter, read two updates later, and warn once
+    (``UserWarning``) naming the first parameter that differs and the ranks holding each
+    value (:mod:`mxhorovod.checks.parameter_check`).
+
     Parameters with ``grad_req='null'`` are skipped; ``grad_req='add'`` accumulates
     locally and is reduced when ``step``/``allreduce_grads`` is called. row_sparse
     gradients (``Embedding(sparse_grad=True)``) are densified for the reduction and
@@ -105,14 +115,16 @@ class DistributedTrainer(mx.gluon.Trainer):
 
     Raises:
         TypeError: ``optimizer`` is a Trainer, or neither a str nor an Optimizer.
-        ValueError: parameters are on more than one context (use one context per rank),
+        ValueError: ``MXHOROVOD_PARAMETER_CHECK_STEPS`` is not an integer >= 0;
+            parameters are on more than one context (use one context per rank),
             here, or at a step after ``reset_ctx`` moved them onto several;
             ``bucket_cap_mb`` < 0; at the first ``step``/``allreduce_grads``, on every
             rank, when the ranks do not reduce the same parameters (a layer frozen with
             ``grad_req='null'`` or added on some ranks only; different shapes, dtypes or
             storage types: :mod:`mxhorovod.checks.layout_check`; Horovod waits forever), or were
-            made with different ``num_groups``, ``gradient_as_bucket_view`` or
-            ``gradient_predivide_factor`` (naming the setting and each rank's value); and, at
+            made with different ``num_groups``, ``gradient_as_bucket_view``,
+            ``gradient_predivide_factor`` or ``MXHOROVOD_PARAMETER_CHECK_STEPS`` (naming the
+            setting and each rank's value); and, at
             the first ``step``/``allreduce_grads`` after the
             buckets changed, on every rank, when the ranks' bucket layouts differ (their
             trainable parameters, shapes or dtypes differ), or when a newer trainer took
@@ -184,6 +196,8 @@ class DistributedTrainer(mx.gluon.Trainer):
         self._batch_check = BatchSizeCheck()
         self._samples = 0  # in step(): this rank's batch size, the reductions' sample weight
         self._layout_check = LayoutCheck()
+        self._parameter_check = ParameterCheck()
+        self._settler = update_layout.Settler()
 
     def _reduce_kwargs(self):
         f = self._gradient_predivide_factor
@@ -198,7 +212,9 @@ class DistributedTrainer(mx.gluon.Trainer):
         ranks against single ones on others waited forever)."""
         return (("num_groups", max(0, self._num_groups)),
                 ("gradient_as_bucket_view", self._buckets is not None),
-                ("gradient_predivide_factor", self._gradient_predivide_factor))
+                ("gradient_predivide_factor", self._gradient_predivide_factor),
+                # Ranks checking at other updates would wait in the check's allreduce.
+                ("MXHOROVOD_PARAMETER_CHECK_STEPS", self._parameter_check.steps))
 
     def _name(self, i):
         # The same name every step: the core matches it in engine order, and the response
@@ -301,6 +317,26 @@ class DistributedTrainer(mx.gluon.Trainer):
                     % ", ".join("'%s'" % m for m in mixed))
         self._check_batch_size(batch_size, "update")
         super(DistributedTrainer, self).update(batch_size, ignore_stale_grad)
+
+    def _update(self, ignore_stale_grad=False):
+        distributed = not outside(self._process_set) and \
+            set_size(self._process_set, "DistributedTrainer") > 1
+        if distributed:
+            # Are the ranks' weights still identical? Every N-th update, read two updates
+            # later (mxhorovod.checks.parameter_check).
+            if self._prefix is None:
+                self._auto_prefix()
+            self._parameter_check.step(self._params, self._prefix + "parameters",
+                                       self._process_set, "DistributedTrainer")
+        # NAG's and centered RMSProp's in-place updates give other bits on a weight that an
+        # evaluation pass left in MKLDNN's layout, which depends on timing: after such a
+        # pass the weights are put back in the plain layout first, so every rank computes
+        # alike (mxhorovod.training.update_layout; engine order only, nothing waits).
+        if distributed and update_layout.layout_sensitive(self._optimizer):
+            params = self._params
+            self._settler.settle([i for i, p in enumerate(params) if p.grad_req != "null"],
+                                 lambda keys: [params[i].list_data() for i in keys])
+        super(DistributedTrainer, self)._update(ignore_stale_grad)
 
     def _check_batch_size(self, batch_size, method="step"):
         # Ranks passing different batch sizes update differently: warned two steps later
