@@ -107,6 +107,7 @@ void MessageTable::AddJoin(const Request& r, std::vector<Response>* ready) {
   if (r.rank < 0 || r.rank >= size_) return;
   if (joined_.empty()) joined_.assign(size_, 0);
   if (!joined_[r.rank]) {
+    if (!joined_count_) join_since_ = std::chrono::steady_clock::now();
     joined_[r.rank] = 1;
     ++joined_count_;
   }
@@ -322,6 +323,16 @@ std::vector<PendingName> MessageTable::Pending() const {
       if (r.rank < 0) continue;
       p.ranks.push_back(r.rank);
       p.op_type = r.op_type;
+    }
+    out.push_back(std::move(p));
+  }
+  if (joined_count_) {  // the stall inspector names the ranks that have not joined yet
+    PendingName p;
+    p.name = "join";
+    p.op_type = OpType::kJoin;
+    p.since = join_since_;
+    for (int i = 0; i < size_; ++i) {
+      if (joined_[i]) p.ranks.push_back(i);
     }
     out.push_back(std::move(p));
   }

@@ -30,7 +30,8 @@ class MessageTable {
   // appended to *ready as responses (kError when the ranks disagree), in the order they
   // became complete, so every rank that executes the list runs the same collectives.
   void Add(const std::vector<Request>& reqs, std::vector<Response>* ready);
-  // Names still waiting, in first-arrival order, with the ranks that have submitted them.
+  // Names still waiting, in first-arrival order, with the ranks that have submitted them;
+  // then a join in progress ("join": the ranks that have joined, since the first did).
   std::vector<PendingName> Pending() const;
   bool Contains(const std::string& name) const { return table_.count(name) > 0; }
   // Drops a waiting name (the coordinator answered it with an error: stall shutdown).
@@ -57,6 +58,7 @@ class MessageTable {
   std::vector<char> joined_;     // per rank: has joined (a join is in progress)
   int joined_count_ = 0;
   int last_joined_ = -1;
+  std::chrono::steady_clock::time_point join_since_;  // when the first rank joined
   // After a group-size mismatch on '<base>.0': the group's tensors that only some ranks
   // have ('<base>.<k>', k >= the smallest group, k >= 1: an empty call's request stands in
   // for its tensor 0) are named in the error, so the ranks that

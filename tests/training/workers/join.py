@@ -5,8 +5,13 @@ joined last, on every rank; the same names work again in the next epoch (respons
 a second join() while one waits is refused. DistributedTrainer steps over uneven shards
 (and short last batches) equal one process on the active ranks' concatenated batch.
 Prints RANK <r> OK."""
+import os
 import threading
 import time
+import warnings
+
+# The parameter check every 2 updates: ranks with uneven data must still compare alike.
+os.environ["MXHOROVOD_PARAMETER_CHECK_STEPS"] = "2"
 
 import mxnet as mx
 import numpy as np
@@ -78,6 +83,9 @@ x = rng.randn(steps, n, 4, IN).astype(np.float32)
 y = rng.randint(0, 3, size=(steps, n, 4)).astype(np.float32)
 rows = [[4] * (2 + q) + [2] for q in range(n)]  # rows[q][i]: rank q's batch i
 loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+caught = warnings.catch_warnings(record=True)
+seen_warnings = caught.__enter__()
+warnings.simplefilter("always")
 for kw in ({}, {"gradient_as_bucket_view": True}, {"num_groups": 1}):
     net = mlp("tr%d_" % len(kw))
     ref = mlp("ref%d_" % len(kw))
@@ -108,6 +116,15 @@ for kw in ({}, {"gradient_as_bucket_view": True}, {"num_groups": 1}):
                 assert np.allclose(p.data().asnumpy(), q.data().asnumpy(), rtol=1e-5,
                                    atol=1e-6), (r, kw, i, p.name)
     assert hvd.join() == n - 1
+    # A second epoch of equal steps after the join: the checks count anew.
+    for i in range(3):
+        with autograd.record():
+            loss = loss_fn(net(mx.nd.array(x[i, r])), mx.nd.array(y[i, r]))
+        loss.backward()
+        trainer.step(4)
+caught.__exit__(None, None, None)
+bad = [str(w.message) for w in seen_warnings if "hvd" in str(w.message) or "rank" in str(w.message)]
+assert not bad, (r, bad)
 print("RANK %d OK" % r, flush=True)
 
 # 4. hvd.DistributedSampler without padding + join(): every sample exactly once per epoch,
