@@ -38,9 +38,15 @@ def join():
     It is global: every rank of the job must call it, and a process set's collectives do
     not count a joined rank (a set with a joined member waits, as Horovod's do).
 
+    A joined rank misses the updates its peers make meanwhile: after ``join()``, broadcast
+    the parameters (and optimizer state) from the rank it returns, which made them all::
+
+        last = hvd.join()
+        hvd.broadcast_parameters(net.collect_params(), root_rank=last)
+        hvd.broadcast_optimizer_state(trainer, root_rank=last)
+
     Returns:
-        int: the rank that joined last, the same on every rank (the rank whose data lasted
-        longest, e.g. to broadcast from it).
+        int: the rank that joined last, the same on every rank.
 
     Raises:
         ValueError: another ``join()`` of this rank is still waiting (from another thread).

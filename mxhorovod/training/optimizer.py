@@ -10,6 +10,7 @@ in single-process training.
 import mxnet as mx
 import numpy as np
 
+import mxhorovod._core as _core
 from mxhorovod.collectives.ops import Average, Max, allreduce_, grouped_allreduce_
 from mxhorovod.collectives.submit import gradient_reduction
 from mxhorovod.common.basics import size
@@ -76,6 +77,15 @@ def allreduce_row_sparse_(grad, name, priority=0, **reduce_kwargs):
             dtype=grad.dtype)
     result.copyto(grad)
 
+
+
+def _sample_weight(value):
+    """``value`` as a sample weight: a positive finite float, else 0 (none)."""
+    try:
+        w = float(value)
+    except (TypeError, ValueError):
+        return 0
+    return w if 0 < w < float("inf") else 0
 
 class DistributedOptimizer(mx.optimizer.Optimizer):
     """Wrap ``optimizer`` so that every update uses the gradient averaged over all ranks.
@@ -271,6 +281,17 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
             return
         f = self._gradient_predivide_factor
         kwargs = dict(op=Average, prescale_factor=1.0 / f, postscale_factor=f, process_set=ps)
+        # Each rank's samples, 1 / rescale_grad (the Trainer's scale / batch_size, or the
+        # Module's rescale_grad), weight its gradient: the mean over the samples actually
+        # processed (short batches, ranks joined by hvd.join()).
+        _core.set_sample_weight(_sample_weight(1.0 / self._optimizer.rescale_grad)
+                                if self._optimizer.rescale_grad else 0)
+        try:
+            self._reduce(index, grad, kwargs)
+        finally:
+            _core.set_sample_weight(0)
+
+    def _reduce(self, index, grad, kwargs):
         if not isinstance(index, (tuple, list)):
             if grad.stype != "default":
                 allreduce_row_sparse_(grad, self._name(index), **kwargs)

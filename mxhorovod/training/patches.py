@@ -238,7 +238,10 @@ def install_trainer_agreement():
             check = vars(trainer).get("_mxhorovod_batch_check")
             if check is None:
                 check = trainer._mxhorovod_batch_check = BatchSizeCheck("Trainer")
-            check.submit(batch_size, target[0], target[1], method, trainer._optimizer)
+            # A DistributedOptimizer weights each rank by its batch size: sizes may differ.
+            weighted = isinstance(trainer._optimizer, DistributedOptimizer)
+            check.submit(None if weighted else batch_size, target[0], target[1], method,
+                         trainer._optimizer)
 
     def check_layout(trainer):
         # Ranks reducing different parameters wait for each other forever: an error on

@@ -25,19 +25,13 @@ from mxhorovod.training.accumulation import Accumulation
 from mxhorovod.training.buckets import GradientBuckets
 from mxhorovod.training.compression import Compression, wire_path
 from mxhorovod.training import update_layout
-from mxhorovod.training.optimizer import DistributedOptimizer, allreduce_row_sparse_, split_list
+from mxhorovod.training.optimizer import (DistributedOptimizer, _sample_weight,
+                                          allreduce_row_sparse_, split_list)
 
 __all__ = ["DistributedTrainer"]
 
 
 
-def _sample_weight(batch_size):
-    """``batch_size`` as a sample weight: a positive finite float, else 0 (none)."""
-    try:
-        w = float(batch_size)
-    except (TypeError, ValueError):
-        return 0
-    return w if 0 < w < float("inf") else 0
 
 class DistributedTrainer(mx.gluon.Trainer):
     """``gluon.Trainer`` for data-parallel training over all ranks.

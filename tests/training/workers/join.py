@@ -86,13 +86,18 @@ loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
 caught = warnings.catch_warnings(record=True)
 seen_warnings = caught.__enter__()
 warnings.simplefilter("always")
-for kw in ({}, {"gradient_as_bucket_view": True}, {"num_groups": 1}):
-    net = mlp("tr%d_" % len(kw))
-    ref = mlp("ref%d_" % len(kw))
+for c, kw in enumerate(({}, {"gradient_as_bucket_view": True}, {"num_groups": 1},
+                        "DistributedOptimizer")):
+    net = mlp("tr%d_" % c)
+    ref = mlp("ref%d_" % c)
     hvd.broadcast_parameters(net.collect_params(), root_rank=0)
     copy_params(net, ref)
     opt = {"learning_rate": 0.1, "momentum": 0.9}
-    trainer = hvd.DistributedTrainer(net.collect_params(), "sgd", opt, **kw)
+    if kw == "DistributedOptimizer":
+        trainer = gluon.Trainer(net.collect_params(), hvd.DistributedOptimizer(
+            mx.optimizer.SGD(**opt)))
+    else:
+        trainer = hvd.DistributedTrainer(net.collect_params(), "sgd", opt, **kw)
     local = gluon.Trainer(ref.collect_params(), "sgd", opt, kvstore=None)
     for i in range(steps):
         if i < len(rows[r]):
@@ -115,13 +120,21 @@ for kw in ({}, {"gradient_as_bucket_view": True}, {"num_groups": 1}):
             for p, q in zip(net.collect_params().values(), ref.collect_params().values()):
                 assert np.allclose(p.data().asnumpy(), q.data().asnumpy(), rtol=1e-5,
                                    atol=1e-6), (r, kw, i, p.name)
-    assert hvd.join() == n - 1
+    last = hvd.join()
+    assert last == n - 1
+    # The joined ranks missed the last updates: the last rank to join has them all.
+    hvd.broadcast_parameters(net.collect_params(), root_rank=last)
+    hvd.broadcast_optimizer_state(trainer, root_rank=last)
     # A second epoch of equal steps after the join: the checks count anew.
     for i in range(3):
         with autograd.record():
             loss = loss_fn(net(mx.nd.array(x[i, r])), mx.nd.array(y[i, r]))
         loss.backward()
         trainer.step(4)
+    for p in net.collect_params().values():  # identical everywhere (the check agrees)
+        mine = p.data().asnumpy()
+        root = hvd.broadcast(p.data(), root_rank=0, name="cmp." + p.name).asnumpy()
+        assert np.array_equal(mine, root), (r, c, p.name)
 caught.__exit__(None, None, None)
 bad = [str(w.message) for w in seen_warnings if "hvd" in str(w.message) or "rank" in str(w.message)]
 assert not bad, (r, bad)
