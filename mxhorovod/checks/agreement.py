@@ -17,6 +17,7 @@ import contextlib
 import mxnet as mx
 import numpy as np
 
+from mxhorovod.collectives.join import identity_when_joined
 from mxhorovod.collectives.ops import Max, Sum, allreduce
 from mxhorovod.common.process_sets import global_process_set
 
@@ -100,8 +101,9 @@ def agreed_amp_overflow(trainer, name, process_set=global_process_set):
 
     def has_overflow(params):
         mine = _overflow_here(params)
-        anywhere = allreduce(mx.nd.array([int(mine)], dtype="int32"), op=Max, name=name,
-                             process_set=process_set).asscalar() > 0
+        with identity_when_joined():  # a joined rank: no overflow
+            anywhere = allreduce(mx.nd.array([int(mine)], dtype="int32"), op=Max, name=name,
+                                 process_set=process_set).asscalar() > 0
         if anywhere and not mine:
             ctx = next((p._grad[0].context for p in params if p._grad is not None),
                        mx.cpu())

@@ -25,7 +25,7 @@ import weakref
 import mxnet as mx
 import numpy as np
 
-import mxhorovod._core as _core
+from mxhorovod.collectives.join import identity_when_joined
 from mxhorovod.collectives.ops import Max, allreduce
 from mxhorovod.common.basics import after_local_work, rank
 from mxhorovod.common.user_warning import warn_user
@@ -147,11 +147,8 @@ class BatchSizeCheck(object):
         if values != self._mine[0]:
             self._mine = (values, mx.nd.from_numpy(np.array(values, dtype=np.float64),
                                                    zero_copy=True))
-        _core.set_join_identity(True)  # a joined rank adds -inf: left out of the range
-        try:
+        with identity_when_joined():  # a joined rank adds -inf: left out of the range
             result = allreduce(self._mine[1], op=Max, name=name, process_set=process_set)
-        finally:
-            _core.set_join_identity(False)
         checks.pending.append((result, size, lr, wd, self._steps, method))
 
 

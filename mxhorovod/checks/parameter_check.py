@@ -26,8 +26,7 @@ import zlib
 import mxnet as mx
 import numpy as np
 
-import mxhorovod._core as _core
-from mxhorovod.collectives.join import after_join
+from mxhorovod.collectives.join import after_join, identity_when_joined
 from mxhorovod.collectives.ops import Max, allgather, allreduce
 from mxhorovod.common.basics import after_local_work, rank
 from mxhorovod.common.process_sets import global_process_set
@@ -110,12 +109,9 @@ class ParameterCheck(object):
         both = np.concatenate([digests, ~digests]).reshape(1, -1)
         # A numpy-backed input: mx.nd.array would wait in the engine behind the backward.
         # A rank that has joined (hvd.join()) adds the lowest int64: left out of the Max.
-        _core.set_join_identity(True)
-        try:
+        with identity_when_joined():
             result = allreduce(mx.nd.from_numpy(both, zero_copy=True), op=Max, name=name,
                                process_set=process_set)
-        finally:
-            _core.set_join_identity(False)
         names = [(i, p.name) for i, p in trained]
         self._pending.append((result, both, self._count, name, process_set, label, names))
 

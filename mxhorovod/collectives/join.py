@@ -2,11 +2,13 @@
 
 Horovod's semantics (PyTorch and TensorFlow's ``hvd.join``), for MXNet.
 """
+import contextlib
+
 import mxnet as mx
 
 import mxhorovod._core as _core
 
-__all__ = ["join", "after_join"]
+__all__ = ["join", "after_join", "identity_when_joined"]
 
 _after_join = []  # callables run after each join() returns (the checks realign)
 
@@ -15,6 +17,19 @@ def after_join(fn):
     """Run ``fn()`` after every ``join()`` of this process has returned (every rank then
     stands at the same point)."""
     _after_join.append(fn)
+
+
+@contextlib.contextmanager
+def identity_when_joined():
+    """The Min, Max and Product allreduces called in this block on this thread take joined
+    ranks, which add the op's identity (-inf for Max, +inf for Min, 1 for Product; the
+    extremes for integers). For mxhorovod's own checks: a user's Max fails while a rank is
+    joined, as in Horovod."""
+    _core.set_join_identity(True)
+    try:
+        yield
+    finally:
+        _core.set_join_identity(False)
 
 
 def join():

@@ -11,6 +11,7 @@ import mxnet as mx
 import numpy as np
 
 import mxhorovod._core as _core
+from mxhorovod.collectives.join import identity_when_joined
 from mxhorovod.collectives.ops import Average, Max, allreduce_, grouped_allreduce_
 from mxhorovod.collectives.submit import gradient_reduction
 from mxhorovod.common.basics import size
@@ -64,8 +65,9 @@ def allreduce_row_sparse_(grad, name, priority=0, **reduce_kwargs):
     mask_np[grad.indices.asnumpy().astype(np.int64)] = 1.0
     mask = mx.nd.array(mask_np, ctx=grad.context)
     allreduce_(dense, name=name, priority=priority, **reduce_kwargs)
-    allreduce_(mask, name=name + ".rows", priority=priority, op=Max,
-               process_set=reduce_kwargs.get("process_set", global_process_set))
+    with identity_when_joined():  # a joined rank's rows: none
+        allreduce_(mask, name=name + ".rows", priority=priority, op=Max,
+                   process_set=reduce_kwargs.get("process_set", global_process_set))
     rows = np.nonzero(mask.asnumpy())[0].astype(np.int64)
     if rows.size == 0:
         result = mx.nd.sparse.zeros("row_sparse", grad.shape, ctx=grad.context,

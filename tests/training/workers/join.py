@@ -18,6 +18,7 @@ import numpy as np
 from mxnet import autograd, gluon
 
 import mxhorovod as hvd
+from mxhorovod.collectives.join import identity_when_joined
 from training_common import IN, copy_params, mlp
 
 hvd.init()
@@ -58,6 +59,13 @@ for epoch in range(2):  # the same names again: the response cache after a join
             expect_error(lambda: hvd.allgather(x, name="ag.%d" % i).asnumpy(), *words)
             expect_error(lambda: hvd.allreduce(x, op=hvd.Max, name="max.%d" % i).asnumpy(),
                          "allreduce (Max)", *words)
+        # mxhorovod's own checks: the joined ranks add the op's identity.
+        with identity_when_joined():
+            for op, want_op, dt in ((hvd.Max, max, "float16"), (hvd.Min, min, "int32"),
+                                    (hvd.Product, np.prod, "float64")):
+                got = hvd.allreduce(x.astype(dt) - 2, op=op, name="id.%s.%d" % (dt, i))
+                want_id = float(want_op([q + 1.0 - 2 for q in active]))
+                assert np.allclose(got.asnumpy(), want_id), (r, i, dt, got.asnumpy(), want_id)
     last = hvd.join()
     assert last == n - 1, (r, last)
 
