@@ -395,6 +395,19 @@ def install_load_states():
 # --- mx.mod.Module.update with a DistributedOptimizer ---
 
 _module_checks = weakref.WeakKeyDictionary()  # DistributedOptimizer -> its LayoutCheck
+_module_parameter_checks = weakref.WeakKeyDictionary()  # ... -> its ParameterCheck
+
+
+class _ModuleParameter(object):
+    """A Module's parameter as :class:`ParameterCheck` reads one: name, grad_req, arrays."""
+    __slots__ = ("name", "grad_req", "_arrays")
+
+    def __init__(self, name, arrays, trained):
+        self.name, self._arrays = name, arrays
+        self.grad_req = "write" if trained else "null"
+
+    def list_data(self):
+        return self._arrays
 
 
 def install_module_layout_check():
@@ -430,9 +443,21 @@ def install_module_layout_check():
             opt._name("layout")  # numbers the wrapper (its first reduction) if not yet
             quick = (len(group.param_names),
                      tuple(not g or g[0] is None for g in group.grad_arrays))
+            weights = _module_parameter_checks.get(opt)
+            if weights is None:
+                weights = _module_parameter_checks[opt] = ParameterCheck()
+            # Ranks checking their parameters at other updates would wait in that check.
             check.check_rows(quick, lambda: module_rows(group), opt._prefix + "layout",
                              opt._process_set, "Module with a DistributedOptimizer",
-                             opt._reduction_settings())
+                             opt._reduction_settings() +
+                             (("MXHOROVOD_PARAMETER_CHECK_STEPS", weights.steps),))
+            # Are the ranks' weights still identical? (mxhorovod.checks.parameter_check)
+            if weights.steps:
+                params = [_ModuleParameter(name, arrays, bool(grads) and grads[0] is not None)
+                          for name, arrays, grads in zip(group.param_names, group.param_arrays,
+                                                         group.grad_arrays)]
+                weights.step(params, opt._prefix + "parameters", opt._process_set,
+                             "Module with a DistributedOptimizer")
         return original(self)
 
     def accumulated_update(self):

@@ -99,6 +99,34 @@ for path, make in paths.items():
     assert "the ranks hold 2 different values (ranks 0, 2; rank 1)" in got[0], got[0]
     assert "at update 4 " in got[0] and "that differ: 1 of 6" in got[0], got[0]
 
+# A Module with a DistributedOptimizer: fc1_weight moved on rank 1 after the third update.
+data = mx.sym.Variable("data")
+out = mx.sym.FullyConnected(mx.sym.Activation(mx.sym.FullyConnected(
+    data, num_hidden=8, name="fc0"), act_type="relu"), num_hidden=3, name="fc1")
+mod = mx.mod.Module(mx.sym.SoftmaxOutput(out, name="softmax"), context=mx.cpu())
+mod.bind(data_shapes=[("data", (B, 6))], label_shapes=[("softmax_label", (B,))])
+mod.init_params(mx.init.Xavier())
+arg, aux = mod.get_params()
+mod.set_params(hvd.broadcast_parameters(arg, root_rank=0) or arg, aux)
+mod.init_optimizer(kvstore=None, optimizer=hvd.DistributedOptimizer(
+    mx.optimizer.SGD(learning_rate=0.1, rescale_grad=1.0 / B)))
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    for s in range(STEPS):
+        rows = slice(r * B, (r + 1) * B)
+        mod.forward_backward(mx.io.DataBatch([mx.nd.array(X[s, rows])], [mx.nd.array(Y[s, rows])]))
+        mod.update()
+        if s == 2 and r == 1:
+            w = mod._exec_group.param_arrays[mod._exec_group.param_names.index("fc1_weight")][0]
+            v = w.asnumpy()
+            v.flat[0] = np.nextafter(v.flat[0], np.float32(np.inf))
+            w[:] = v
+    mx.nd.waitall()
+got = [str(w.message) for w in caught if "no longer identical" in str(w.message)]
+assert len(got) == 1 and "('fc1_weight' on rank %d)" % r in got[0] and \
+    "Module with a DistributedOptimizer" in got[0] and \
+    "(ranks 0, 2; rank 1)" in got[0], got
+
 # A process set: ranks 0 and 2 train together, rank 1 alone.
 net = make_net("set_")
 trainer = hvd.DistributedTrainer(net.collect_params(), "sgd", {"learning_rate": 0.1},
