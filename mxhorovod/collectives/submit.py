@@ -35,8 +35,11 @@ __all__ = [
 Average = 0
 #: ``op=``: the elementwise sum over the ranks. Integers wrap around on overflow. Value 1.
 Sum = 1
-#: Horovod's Adasum reduction. Not built here: any collective given it raises
-#: :class:`InvalidArgumentError` at the call. Value 2.
+#: ``op=`` of :func:`allreduce` (and ``allreduce_``, ``grouped_allreduce``,
+#: ``grouped_allreduce_``): Horovod's Adasum, Adasum(a, b) = (1 - a.b / (2|a|^2)) a +
+#: (1 - a.b / (2|b|^2)) b combined along a binary tree over the ranks in rank order, each
+#: tensor on its own; any number of ranks, float16/32/64 only, no scale factors (see
+#: docs/collectives.md). Value 2.
 Adasum = 2
 #: ``op=`` of :func:`allreduce`: the elementwise minimum. A NaN on any rank wins, and -0 is
 #: below +0, so every rank gets the same bits. Value 3.
@@ -155,12 +158,9 @@ def _resolve_op(op, average, what):
     except TypeError:
         code = None
     if code not in _OP_NAMES:
-        raise InvalidArgumentError("%s: unknown reduce op %r (use hvd.Sum, hvd.Average, hvd.Min, "
-                         "hvd.Max or hvd.Product)" % (what, op))
-    op = code
-    if op == Adasum:
-        raise InvalidArgumentError("%s: Adasum is not supported by mxhorovod" % what)
-    return op
+        raise InvalidArgumentError("%s: unknown reduce op %r (use hvd.Sum, hvd.Average, "
+                                   "hvd.Adasum, hvd.Min, hvd.Max or hvd.Product)" % (what, op))
+    return code
 
 
 def _mkldnn_enabled():
