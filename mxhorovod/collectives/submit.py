@@ -274,8 +274,20 @@ def _reduction(op, average, prescale_factor, postscale_factor, priority, name, w
         # The common call (no op, hvd.Sum or hvd.Average, default factors): what the checks
         # below would return, without their calls (1.3 -> 0.3 us, per tensor per step).
         return Average if op is None else op, 1.0, 1.0, priority
-    return (_resolve_op(op, average, what), _factor(prescale_factor, "prescale_factor", name),
-            _factor(postscale_factor, "postscale_factor", name), _priority(priority, name))
+    op = _resolve_op(op, average, what)
+    pre = _factor(prescale_factor, "prescale_factor", name)
+    post = _factor(postscale_factor, "postscale_factor", name)
+    if op == Adasum and (pre != 1.0 or post != 1.0):
+        # Not linear: a factor outside Adasum is not one inside it (the core refuses it too).
+        raise InvalidArgumentError(
+            "%s '%s': Adasum takes no prescale_factor or postscale_factor (got %g and %g); "
+            "scale the tensor or the result" % (_kind(what), name, pre, post))
+    return op, pre, post, _priority(priority, name)
+
+
+def _kind(what):
+    """The collective's name in errors, as the core writes it ('allreduce')."""
+    return "allreduce" if "allreduce" in what else what
 
 
 def _check_not_in_graph(tensor, what, name):
