@@ -15,8 +15,8 @@ on every rank of the set, named after the forward (or its automatic name) plus `
   past ``sum(splits)``).
 
 That is the gradient of the sum of every rank's loss (Horovod's PyTorch binding averages
-for allgather and broadcast). Not recorded, so constants to autograd: ``Min``, ``Max`` and
-``Product`` allreduces, integer tensors, in-place and grouped calls.
+for allgather and broadcast). Not recorded, so constants to autograd: ``Adasum``, ``Min``,
+``Max`` and ``Product`` allreduces, integer tensors, in-place and grouped calls.
 Every rank whose loss depends on the output must run backward: its collective waits for the
 others.
 """

@@ -51,7 +51,9 @@ def allreduce(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
             collectives start in the order their inputs become ready.
         prescale_factor: multiplies each rank's tensor before the reduction.
         postscale_factor: multiplies the result after it.
-        op: hvd.Average (default), hvd.Sum, hvd.Min, hvd.Max or hvd.Product.
+        op: hvd.Average (default), hvd.Sum, hvd.Adasum, hvd.Min, hvd.Max or hvd.Product.
+            Adasum: the ranks' tensors combined in pairs along a binary tree in rank order
+            (docs/collectives.md); float16/32/64 only, without scale factors.
         process_set: the ranks that take part (default: all).
     Returns:
         A new NDArray with tensor's shape, dtype and context, ready when read; the same
@@ -59,8 +61,8 @@ def allreduce(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
         int8, int32, int64, on CPU.
     Raises:
         InvalidArgumentError: at the call, on this rank: an unsupported dtype or storage
-            (row_sparse), hvd.Adasum, a rank outside ``process_set``, or a call before
-            ``init()`` (a ``ValueError``).
+            (row_sparse), hvd.Adasum with a scale factor or an integer tensor, a rank
+            outside ``process_set``, or a call before ``init()`` (a ``ValueError``).
         mxnet.base.MXNetError: at the next read of the result, on every rank, when the
             ranks passed different shapes, dtypes, ops or scale factors (the message names
             the tensor and both ranks' values), or when the call failed on another rank.

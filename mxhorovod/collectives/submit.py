@@ -35,8 +35,11 @@ __all__ = [
 Average = 0
 #: ``op=``: the elementwise sum over the ranks. Integers wrap around on overflow. Value 1.
 Sum = 1
-#: Horovod's Adasum reduction. Not built here: any collective given it raises
-#: :class:`InvalidArgumentError` at the call. Value 2.
+#: ``op=`` of :func:`allreduce` (and ``allreduce_``, ``grouped_allreduce``,
+#: ``grouped_allreduce_``): Horovod's Adasum, Adasum(a, b) = (1 - a.b / (2|a|^2)) a +
+#: (1 - a.b / (2|b|^2)) b combined along a binary tree over the ranks in rank order, each
+#: tensor on its own; any number of ranks, float16/32/64 only, no scale factors (see
+#: docs/collectives.md). Value 2.
 Adasum = 2
 #: ``op=`` of :func:`allreduce`: the elementwise minimum. A NaN on any rank wins, and -0 is
 #: below +0, so every rank gets the same bits. Value 3.
@@ -155,12 +158,9 @@ def _resolve_op(op, average, what):
     except TypeError:
         code = None
     if code not in _OP_NAMES:
-        raise InvalidArgumentError("%s: unknown reduce op %r (use hvd.Sum, hvd.Average, hvd.Min, "
-                         "hvd.Max or hvd.Product)" % (what, op))
-    op = code
-    if op == Adasum:
-        raise InvalidArgumentError("%s: Adasum is not supported by mxhorovod" % what)
-    return op
+        raise InvalidArgumentError("%s: unknown reduce op %r (use hvd.Sum, hvd.Average, "
+                                   "hvd.Adasum, hvd.Min, hvd.Max or hvd.Product)" % (what, op))
+    return code
 
 
 def _mkldnn_enabled():
@@ -274,8 +274,20 @@ def _reduction(op, average, prescale_factor, postscale_factor, priority, name, w
         # The common call (no op, hvd.Sum or hvd.Average, default factors): what the checks
         # below would return, without their calls (1.3 -> 0.3 us, per tensor per step).
         return Average if op is None else op, 1.0, 1.0, priority
-    return (_resolve_op(op, average, what), _factor(prescale_factor, "prescale_factor", name),
-            _factor(postscale_factor, "postscale_factor", name), _priority(priority, name))
+    op = _resolve_op(op, average, what)
+    pre = _factor(prescale_factor, "prescale_factor", name)
+    post = _factor(postscale_factor, "postscale_factor", name)
+    if op == Adasum and (pre != 1.0 or post != 1.0):
+        # Not linear: a factor outside Adasum is not one inside it (the core refuses it too).
+        raise InvalidArgumentError(
+            "%s '%s': Adasum takes no prescale_factor or postscale_factor (got %g and %g); "
+            "scale the tensor or the result" % (_kind(what), name, pre, post))
+    return op, pre, post, _priority(priority, name)
+
+
+def _kind(what):
+    """The collective's name in errors, as the core writes it ('allreduce')."""
+    return "allreduce" if "allreduce" in what else what
 
 
 def _check_not_in_graph(tensor, what, name):

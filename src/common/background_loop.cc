@@ -39,7 +39,7 @@ void FailEntries(std::vector<TensorTableEntry>&& entries, const std::string& why
 
 namespace {
 
-// A joined rank's part of a reduction: zeros for Sum and Average, else the op's identity
+// A joined rank's part of a reduction: zeros for Sum, Average and Adasum, else the op's identity
 // (Request::join_identity): the lowest value for Max, the highest for Min, 1 for Product.
 template <typename T>
 void FillAs(void* data, int64_t n, T v) {
@@ -53,7 +53,7 @@ void FillTyped(ReduceOp op, void* data, int64_t n) {
   if (op == ReduceOp::kProduct) FillAs<T>(data, n, T(1));
 }
 void FillIdentity(ReduceOp op, DataType dt, void* data, int64_t n) {
-  if (op == ReduceOp::kSum || op == ReduceOp::kAverage) return;  // zeros already
+  if (op == ReduceOp::kSum || op == ReduceOp::kAverage || op == ReduceOp::kAdasum) return;  // zeros already
   switch (dt) {
     case DataType::kFloat32: FillTyped<float>(op, data, n); break;
     case DataType::kFloat64: FillTyped<double>(op, data, n); break;

@@ -31,7 +31,7 @@ const char* ReduceOpName(ReduceOp op);
 // kProcessSetAdd/Remove are control operations of the global set: negotiated like a
 // collective so every rank changes its process sets at the same point of the same cycle.
 // kJoin: a rank out of data (hvd.join()); answered once every rank has joined, while the
-// others' Sum and Average allreduces go on with the joined ranks adding zeros.
+// others' Sum, Average and Adasum allreduces go on with the joined ranks adding zeros.
 enum class OpType : int32_t {
   kAllreduce = 0, kAllgather = 1, kBroadcast = 2, kAlltoall = 3, kReducescatter = 4,
   kProcessSetAdd = 5, kProcessSetRemove = 6, kJoin = 7,

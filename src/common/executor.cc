@@ -4,6 +4,7 @@
 #include <cstring>
 #include <utility>
 
+#include "ops/adasum.h"
 #include "ops/mpi_wait.h"
 #include "ops/scale.h"
 #include "timeline.h"
@@ -88,6 +89,7 @@ double WeightedPost(const Response& resp, const TensorTableEntry* e) {
 }
 
 Status Executor::Allreduce(const Response& resp, const std::vector<TensorTableEntry*>& entries) {
+  if (resp.reduce_op == ReduceOp::kAdasum) return AllreduceAdasum(resp, entries);
   const DataType dt = resp.dtype;
   const int esize = DTypeSize(dt);
   const double post = resp.postscale;
@@ -140,6 +142,50 @@ Status Executor::Allreduce(const Response& resp, const std::vector<TensorTableEn
     const int64_t n = e->input.num_elements();
     ScaleCopy(e->output.data, buf + off, n, dt, weighted ? WeightedPost(resp, e) : post, divisor);
     off += n * esize;
+  }
+  timeline.ActivityEndAll(entries);  // [timeline]
+  return Status::OK();
+}
+
+// Adasum (ops/adasum.h): a group is packed into the fusion buffer and crosses in one
+// transfer per level of the tree, but each tensor keeps its own dot product and norms (a
+// segment per tensor). Prescale and postscale are refused at the call (they are 1 here).
+Status Executor::AllreduceAdasum(const Response& resp, const std::vector<TensorTableEntry*>& entries) {
+  const DataType dt = resp.dtype;
+  const int esize = DTypeSize(dt);
+  std::vector<int64_t> counts;
+  int64_t total = 0;
+  for (auto* e : entries) {
+    counts.push_back(e->input.num_elements());
+    total += counts.back();
+  }
+  Timeline& timeline = Timeline::Get();
+  if (entries.size() == 1) {  // reduced in the output itself
+    TensorTableEntry* e = entries[0];
+    if (e->output.data != e->input.data) std::memcpy(e->output.data, e->input.data, total * esize);
+    timeline.ActivityStart(e->request.name, MPIActivityName(OpType::kAllreduce));  // [timeline]
+    auto s = AdasumAllreduce(backend_, e->output.data, counts, dt, rank_, size_, &adasum_peer_);
+    timeline.ActivityEnd(e->request.name);  // [timeline]
+    return s;
+  }
+  if ((int64_t)fusion_buffer_.size() < total * esize) fusion_buffer_.resize(total * esize);
+  char* buf = fusion_buffer_.data();
+  timeline.ActivityStartAll(entries, kActivityMemcpyIn);  // [timeline]
+  int64_t off = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    std::memcpy(buf + off, entries[i]->input.data, counts[i] * esize);
+    off += counts[i] * esize;
+  }
+  timeline.ActivityEndAll(entries);                                          // [timeline]
+  timeline.ActivityStartAll(entries, MPIActivityName(OpType::kAllreduce));  // [timeline]
+  auto s = AdasumAllreduce(backend_, buf, counts, dt, rank_, size_, &adasum_peer_);
+  timeline.ActivityEndAll(entries);                                          // [timeline]
+  if (!s.ok()) return s;
+  timeline.ActivityStartAll(entries, kActivityMemcpyOut);  // [timeline]
+  off = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    std::memcpy(entries[i]->output.data, buf + off, counts[i] * esize);
+    off += counts[i] * esize;
   }
   timeline.ActivityEndAll(entries);  // [timeline]
   return Status::OK();

@@ -27,6 +27,7 @@ class Executor {
 
  private:
   Status Allreduce(const Response& resp, const std::vector<TensorTableEntry*>& entries);
+  Status AllreduceAdasum(const Response& resp, const std::vector<TensorTableEntry*>& entries);
   Status AllreduceInPlace(const Response& resp, const std::vector<TensorTableEntry*>& entries,
                           int64_t total);
   Status Broadcast(const Response& resp, TensorTableEntry* e);
@@ -37,6 +38,7 @@ class Executor {
   int rank_, size_;
   std::vector<char> fusion_buffer_;  // persistent; grows to the largest fused group
   std::vector<char> scatter_out_;    // reducescatter of a group: this rank's fused block
+  std::vector<char> adasum_peer_;    // Adasum: a partner's vector
 };
 
 }  // namespace mxhorovod

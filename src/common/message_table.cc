@@ -77,8 +77,10 @@ Response MessageTable::Finish(const std::string& name) {
   }
   if (joined.empty()) return resp;
   const Request& a = present[0];
+  // Adasum takes zeros too: Adasum(a, 0) = a (ops/adasum.h), so a joined rank drops out.
   bool zeros_ok = a.op_type == OpType::kAllreduce &&
-                  (a.reduce_op == ReduceOp::kSum || a.reduce_op == ReduceOp::kAverage);
+                  (a.reduce_op == ReduceOp::kSum || a.reduce_op == ReduceOp::kAverage ||
+                   a.reduce_op == ReduceOp::kAdasum);
   if (a.op_type == OpType::kAllreduce && !zeros_ok) {  // Min, Max, Product: the identity
     zeros_ok = std::all_of(present.begin(), present.end(), [](const Request& q) { return q.join_identity; });
   }
@@ -89,8 +91,8 @@ Response MessageTable::Finish(const std::string& name) {
     resp.error = op + " '" + a.name + "' cannot run while " +
                  (joined.size() == 1 ? "rank " : "ranks ") + RankList(joined) +
                  (joined.size() == 1 ? " has" : " have") +
-                 " joined (hvd.join()): a joined rank adds zeros, which only Sum and Average "
-                 "allreduces can take; run it before join() or after every rank has joined";
+                 " joined (hvd.join()): a joined rank adds zeros, which only Sum, Average "
+                 "and Adasum allreduces can take; run it before join() or after every rank has joined";
     resp.first_dims.clear();
     return resp;
   }

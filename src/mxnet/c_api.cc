@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <memory>
+#include <sstream>
 #include <utility>
 #include <vector>
 #include <string>
 
 #include "common/executor.h"
 #include "common/operations.h"
+#include "ops/adasum.h"
 #include "mxnet/c_api_internal.h"
 #include "mxnet/engine_op.h"
 #include "mxnet/ndarray.h"
@@ -95,9 +97,19 @@ Status MakeTensor(OpType type, const ProcessSet& set, void* input, void* output,
   return Status::OK();
 }
 
-Status CheckReduceOp(OpType type, int op, const char* name) {
-  if (op == MXHOROVOD_ADASUM) {
-    return Status::InvalidArgument(What(type, name) + ": Adasum is not supported by mxhorovod");
+std::string Number(double v) {
+  std::ostringstream o;
+  o << v;
+  return o.str();
+}
+
+Status CheckReduceOp(OpType type, int op, const char* name, double prescale, double postscale) {
+  if (op == MXHOROVOD_ADASUM && type == OpType::kAllreduce && (prescale != 1.0 || postscale != 1.0)) {
+    // Adasum is not linear: a factor before or after it is not the same as one inside it,
+    // and no user of Horovod's Adasum passes one.
+    return Status::InvalidArgument(What(type, name) + ": Adasum takes no prescale_factor or "
+                                   "postscale_factor (got " + Number(prescale) + " and " +
+                                   Number(postscale) + "); scale the tensor or the result");
   }
   if (op < 0 || op > MXHOROVOD_PRODUCT) {
     return Status::InvalidArgument(What(type, name) + ": unknown reduce op " + std::to_string(op));
@@ -151,7 +163,7 @@ int Grouped(OpType type, void** inputs, void** outputs, int num, const Names& na
   const bool reduces = type == OpType::kAllreduce || type == OpType::kReducescatter;
   for (int i = 0; i < num; ++i) {
     if (reduces) {
-      s = CheckReduceOp(type, reduce_op, names.c_str(i));
+      s = CheckReduceOp(type, reduce_op, names.c_str(i), prescale, postscale);
       if (!s.ok()) return refuse(s);
     }
     OpTensor t;
@@ -169,7 +181,12 @@ int Grouped(OpType type, void** inputs, void** outputs, int num, const Names& na
       t.request.join_identity = t_join_identity;
     }
     t.request.size_exchange = size_exchange;
-    op->tensors.push_back(std::move(t));
+    const DataType dtype = t.request.dtype;
+    op->tensors.push_back(std::move(t));  // from here `op` frees its handles
+    if (reduces && reduce_op == MXHOROVOD_ADASUM && !AdasumDType(dtype)) {
+      return refuse(Status::InvalidArgument(What(type, names.c_str(i)) + ": Adasum takes float16, "
+                                            "float32 or float64 tensors, not " + DTypeName(dtype)));
+    }
   }
   // The engine hangs on an array written twice, or read and written, by one operation:
   // refuse a buffer that one tensor writes (an output, or an in-place tensor) and another

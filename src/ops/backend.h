@@ -45,6 +45,13 @@ class Backend {
     return Status::UnknownError(std::string(name()) + ": no in-place group allreduce");
   }
   virtual Status Broadcast(void* buf, int64_t bytes, int root) = 0;
+  // Point to point: sends send_bytes from `send` to rank `dest` while receiving recv_bytes
+  // into `recv` from rank `source` (either side skipped when its rank is -1), then waits for
+  // both. Adasum's tree (ops/adasum.h) is built on it and Broadcast.
+  virtual Status Sendrecv(const void* /*send*/, int64_t /*send_bytes*/, int /*dest*/,
+                          void* /*recv*/, int64_t /*recv_bytes*/, int /*source*/) {
+    return Status::UnknownError(std::string(name()) + ": no point-to-point transfers");
+  }
   // recv gets every rank's block in rank order; recv_bytes[r] is rank r's block size.
   virtual Status Allgatherv(const void* send, int64_t send_bytes, void* recv,
                             const std::vector<int64_t>& recv_bytes) = 0;

@@ -37,6 +37,8 @@ class MPIBackend : public Backend {
   Status Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp op, double scale,
                    bool* scaled) override;
   Status Broadcast(void* buf, int64_t bytes, int root) override;
+  Status Sendrecv(const void* send, int64_t send_bytes, int dest, void* recv,
+                  int64_t recv_bytes, int source) override;
   Status Allgatherv(const void* send, int64_t send_bytes, void* recv,
                     const std::vector<int64_t>& recv_bytes) override;
   Status Alltoallv(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
@@ -80,6 +82,10 @@ class MPIAllreduceOverlay : public Backend {
   explicit MPIAllreduceOverlay(MPIBackend* flat) : flat_(flat) {}
   Status Broadcast(void* buf, int64_t bytes, int root) override {
     return flat_->Broadcast(buf, bytes, root);
+  }
+  Status Sendrecv(const void* send, int64_t send_bytes, int dest, void* recv,
+                  int64_t recv_bytes, int source) override {
+    return flat_->Sendrecv(send, send_bytes, dest, recv, recv_bytes, source);
   }
   Status Allgatherv(const void* send, int64_t send_bytes, void* recv,
                     const std::vector<int64_t>& recv_bytes) override {

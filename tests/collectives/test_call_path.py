@@ -60,7 +60,8 @@ def test_the_core_gets_the_converted_arguments(core, kwargs, want, fn):
 
 
 @pytest.mark.parametrize("kwargs,error,needle", [
-    (dict(name="g", op=hvd.Adasum), ValueError, "Adasum"),
+    (dict(name="g", op=hvd.Adasum, prescale_factor=2.0), ValueError, "Adasum takes no prescale"),
+    (dict(name="g", op=hvd.Adasum, postscale_factor=0.5), ValueError, "Adasum takes no prescale"),
     (dict(name="g", op=9), ValueError, "unknown reduce op"),
     (dict(name="g", op="sum"), ValueError, "unknown reduce op"),
     (dict(name="g", op=1.0), ValueError, "unknown reduce op 1.0"),

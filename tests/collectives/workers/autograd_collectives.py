@@ -146,7 +146,7 @@ def not_recorded():
     with autograd.record():
         y = hvd.allreduce(x, op=hvd.Max, name="max")
         try:
-            hvd.allreduce(x, op=hvd.Adasum, name="adasum")
+            hvd.allreduce(x, op=9, name="bad_op")
         except ValueError:
             pass
         assert autograd.is_recording(), "a refused call turned recording off"
