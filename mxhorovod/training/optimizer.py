@@ -12,7 +12,7 @@ import numpy as np
 
 import mxhorovod._core as _core
 from mxhorovod.collectives.join import identity_when_joined
-from mxhorovod.collectives.ops import Average, Max, allreduce_, grouped_allreduce_
+from mxhorovod.collectives.ops import Adasum, Average, Max, allreduce_, grouped_allreduce_
 from mxhorovod.collectives.submit import gradient_reduction
 from mxhorovod.common.basics import size
 from mxhorovod.common.naming import next_number
@@ -20,6 +20,7 @@ from mxhorovod.common.process_sets import (ProcessSet, check_member, global_proc
                                            outside, set_id, set_size)
 from mxhorovod.common.process_sets import unpickle_set
 from mxhorovod.training.accumulation import Accumulation, check_passes
+from mxhorovod.training.adasum import AdasumDeltas
 from mxhorovod.training import update_layout
 
 __all__ = ["DistributedOptimizer", "split_list", "allreduce_row_sparse_"]
@@ -89,6 +90,7 @@ def _sample_weight(value):
         return 0
     return w if 0 < w < float("inf") else 0
 
+
 class DistributedOptimizer(mx.optimizer.Optimizer):
     """Wrap ``optimizer`` so that every update uses the gradient averaged over all ranks.
 
@@ -124,6 +126,10 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
             ``NDArray.backward``, ``Module.backward``, ``Executor.backward``), as for
             ``DistributedTrainer``. Only ``gluon.Trainer.step`` / ``update`` and
             ``Module.update`` update such a wrapper.
+        op: keyword only; ``hvd.Average`` (default) or ``hvd.Adasum``: each rank runs the
+            wrapped optimizer's step on its own gradient and the steps' changes to the
+            weights are combined with Adasum, as ``DistributedTrainer(op=hvd.Adasum)``
+            (:mod:`mxhorovod.training.adasum`). Not with ``gradient_predivide_factor``.
 
     Every attribute other than the wrapper's own is read from and written to the wrapped
     optimizer: ``learning_rate``, ``lr_scheduler``, ``create_state``, ... and the
@@ -145,7 +151,8 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
 
     Raises:
         TypeError: ``optimizer`` is not an ``mx.optimizer.Optimizer``.
-        ValueError: ``backward_passes_per_step`` is not an int >= 1; with k > 1: when a
+        ValueError: ``op`` is neither Average nor Adasum (or Adasum with a predivide
+            factor); ``backward_passes_per_step`` is not an int >= 1; with k > 1: when a
             ``gluon.Trainer`` is made with it over a row_sparse gradient; at
             ``Module.init_optimizer`` or ``update`` when the Module was bound with
             ``grad_req='write'`` (bind with ``grad_req='add'``); at ``trainer.step`` /
@@ -157,11 +164,18 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
     # Names that live on the wrapper itself (set below the class: its own methods plus
     # these instance attributes); all others go to the wrapped optimizer.
     _STATE = ("_optimizer", "_gradient_predivide_factor", "_num_groups", "_prefix",
-              "_device_id", "_process_set", "_backward_passes_per_step")
+              "_device_id", "_process_set", "_backward_passes_per_step", "_op")
 
     def __init__(self, optimizer, gradient_predivide_factor=1.0, num_groups=0,
-                 process_set=global_process_set, *, backward_passes_per_step=1):
+                 process_set=global_process_set, *, backward_passes_per_step=1, op=Average):
         # Deliberately no Optimizer.__init__: all optimizer state lives in ``optimizer``.
+        if op not in (Average, Adasum):
+            raise ValueError("DistributedOptimizer: op must be hvd.Average or hvd.Adasum, "
+                             "got %r" % (op,))
+        if op == Adasum and gradient_predivide_factor != 1.0:
+            raise ValueError("DistributedOptimizer(op=hvd.Adasum) reduces each rank's "
+                             "update, not its gradient: gradient_predivide_factor is not "
+                             "taken with it")
         if isinstance(optimizer, DistributedOptimizer):
             raise TypeError("optimizer is already a DistributedOptimizer")
         if not isinstance(optimizer, mx.optimizer.Optimizer):
@@ -181,6 +195,8 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
         object.__setattr__(self, "_process_set", process_set)
         object.__setattr__(self, "_backward_passes_per_step",
                            check_passes(backward_passes_per_step))
+        object.__setattr__(self, "_op", op)
+        object.__setattr__(self, "_adasum", AdasumDeltas())
         self._start_accumulation()
 
     def _start_accumulation(self):
@@ -222,6 +238,8 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
     def __setstate__(self, state):
         object.__setattr__(self, "_process_set", global_process_set)  # older pickles
         object.__setattr__(self, "_backward_passes_per_step", 1)
+        object.__setattr__(self, "_op", Average)
+        object.__setattr__(self, "_adasum", AdasumDeltas())
         object.__setattr__(self, "_devices", {})
         object.__setattr__(self, "_settler", update_layout.Settler())
         for k, v in state.items():
@@ -345,6 +363,10 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
         then run the wrapped optimizer's ``update`` (on weights in the plain layout where
         the update depends on it: :mod:`mxhorovod.training.update_layout`)."""
         self._check_accumulating()
+        if self._adasum_here():
+            self._settle(index, weight)
+            self._adasum_update(self._optimizer.update, index, weight, grad, state)
+            return
         with gradient_reduction():
             self._do_allreduce(index, grad)
         self._settle(index, weight)
@@ -354,15 +376,35 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
         """Average ``grad`` over ranks in place, then run the wrapped optimizer's
         ``update_multi_precision`` (what ``mx.optimizer.Updater`` calls), as ``update``."""
         self._check_accumulating()
+        if self._adasum_here():
+            self._settle(index, weight)
+            self._adasum_update(self._optimizer.update_multi_precision, index, weight, grad,
+                                state)
+            return
         with gradient_reduction():
             self._do_allreduce(index, grad)
         self._settle(index, weight)
         self._optimizer.update_multi_precision(index, weight, grad, state)
 
+    def _adasum_here(self):
+        ps = self._process_set
+        return self._op == Adasum and not outside(ps) and \
+            set_size(ps, "DistributedOptimizer") > 1
+
+    def _adasum_update(self, update, index, weight, grad, state):
+        # The local step's change to each weight, combined over the ranks
+        # (mxhorovod.training.adasum).
+        many = isinstance(index, (list, tuple))
+        pairs = [((i, self._device_id), w) for i, w in zip(index if many else [index],
+                                                           weight if many else [weight])]
+        self._adasum.before(pairs)
+        update(index, weight, grad, state)
+        self._adasum.after(pairs, lambda key: self._name(key[0]) + ".adasum", self._process_set)
+
 
 
 DistributedOptimizer._LOCAL = frozenset(vars(DistributedOptimizer)) | frozenset(
-    DistributedOptimizer._STATE) | {"_devices", "_accumulation", "_settler"}
+    DistributedOptimizer._STATE) | {"_devices", "_accumulation", "_settler", "_adasum"}
 # Trainer states files pickle the wrapper by its module path: the face mxhorovod.optimizer
 # (the path 0.1.0 wrote and reads), not this module, so they load in 0.1.0 and survive
 # moves of this code.

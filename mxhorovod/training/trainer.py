@@ -15,13 +15,14 @@ from mxhorovod.checks.layout_check import LayoutCheck
 from mxhorovod.checks.parameter_check import ParameterCheck
 from mxhorovod.checks.unreduced import mark_reduced, needs_reduction
 import mxhorovod._core as _core
-from mxhorovod.collectives.ops import Average, allreduce_, grouped_allreduce_
+from mxhorovod.collectives.ops import Adasum, Average, allreduce_, grouped_allreduce_
 from mxhorovod.collectives.submit import gradient_reduction
 from mxhorovod.common.naming import next_number
 from mxhorovod.common.user_warning import warn_user
 from mxhorovod.common.process_sets import (check_member, global_process_set, outside, set_id,
                                            set_size)
 from mxhorovod.training.accumulation import Accumulation
+from mxhorovod.training.adasum import AdasumDeltas
 from mxhorovod.training.buckets import GradientBuckets
 from mxhorovod.training.compression import Compression, wire_path
 from mxhorovod.training import update_layout
@@ -91,6 +92,15 @@ class DistributedTrainer(mx.gluon.Trainer):
             calls (``mx.autograd.backward``, ``NDArray.backward``): with several models
             training in one process it cannot tell their passes apart. An elastic
             ``GluonState.restore()`` drops a partial sum (commits hold no gradients).
+        op: keyword only; ``hvd.Average`` (default) or ``hvd.Adasum``. With Adasum, as
+            Horovod's PyTorch Adasum optimizer, each rank runs the optimizer's step on its
+            own gradient and the steps' changes to the weights are combined with Adasum
+            (:mod:`mxhorovod.training.adasum`): the weights stay identical, the optimizer
+            states (momentum, Adam's moments) stay each rank's own. Use the learning rate
+            of one process (no scaling by the number of ranks). It costs two arrays the
+            size of the trainable weights. Not with ``compression``,
+            ``gradient_predivide_factor`` or ``gradient_as_bucket_view`` (they act on
+            gradients). ``allreduce_grads()`` then reduces nothing; ``update()`` does.
 
     The ranks' weights stay bit-identical: updates whose result depends on MXNet's MKLDNN
     layout (NAG with momentum, centered RMSProp) run on weights put back in the plain
@@ -109,7 +119,9 @@ class DistributedTrainer(mx.gluon.Trainer):
 
     Raises:
         TypeError: ``optimizer`` is a Trainer, or neither a str nor an Optimizer.
-        ValueError: ``MXHOROVOD_PARAMETER_CHECK_STEPS`` is not an integer >= 0;
+        ValueError: ``op`` is neither Average nor Adasum, or Adasum with compression, a
+            predivide factor or bucket views; ``MXHOROVOD_PARAMETER_CHECK_STEPS`` is not an
+            integer >= 0;
             parameters are on more than one context (use one context per rank),
             here, or at a step after ``reset_ctx`` moved them onto several;
             ``bucket_cap_mb`` < 0; at the first ``step``/``allreduce_grads``, on every
@@ -132,7 +144,17 @@ class DistributedTrainer(mx.gluon.Trainer):
     def __init__(self, params, optimizer, optimizer_params=None,
                  compression=Compression.none, gradient_predivide_factor=1.0,
                  prefix=None, num_groups=0, process_set=global_process_set, *,
-                 gradient_as_bucket_view=False, bucket_cap_mb=25, backward_passes_per_step=1):
+                 gradient_as_bucket_view=False, bucket_cap_mb=25, backward_passes_per_step=1,
+                 op=Average):
+        if op not in (Average, Adasum):
+            raise ValueError("DistributedTrainer: op must be hvd.Average or hvd.Adasum, got %r"
+                             % (op,))
+        if op == Adasum and (compression is not Compression.none or gradient_predivide_factor != 1.0
+                             or gradient_as_bucket_view):
+            raise ValueError(
+                "DistributedTrainer(op=hvd.Adasum) reduces each rank's update, not its "
+                "gradient: compression, gradient_predivide_factor and "
+                "gradient_as_bucket_view apply to gradients and are not taken with it")
         if isinstance(optimizer, mx.gluon.Trainer):
             raise TypeError("DistributedTrainer takes an optimizer (name or "
                             "mx.optimizer.Optimizer), not a Trainer")
@@ -192,6 +214,7 @@ class DistributedTrainer(mx.gluon.Trainer):
         self._layout_check = LayoutCheck()
         self._parameter_check = ParameterCheck()
         self._settler = update_layout.Settler()
+        self._adasum = AdasumDeltas() if op == Adasum else None
 
     def _reduce_kwargs(self):
         f = self._gradient_predivide_factor
@@ -204,7 +227,8 @@ class DistributedTrainer(mx.gluon.Trainer):
         rank of its set must have alike (checked with the parameters by
         :mod:`mxhorovod.checks.layout_check` before the first reduction: a grouped call on some
         ranks against single ones on others waited forever)."""
-        return (("num_groups", max(0, self._num_groups)),
+        return (("op", "Adasum" if self._adasum is not None else "Average"),
+                ("num_groups", max(0, self._num_groups)),
                 ("gradient_as_bucket_view", self._buckets is not None),
                 ("gradient_predivide_factor", self._gradient_predivide_factor),
                 # Ranks checking at other updates would wait in the check's allreduce.
@@ -252,7 +276,7 @@ class DistributedTrainer(mx.gluon.Trainer):
             self._accumulation.check("step")
         distributed = not outside(self._process_set) and \
             set_size(self._process_set, "DistributedTrainer") > 1
-        weighted = _sample_weight(batch_size) if distributed else 0
+        weighted = _sample_weight(batch_size) if distributed and self._adasum is None else 0
         self._check_batch_size(None if weighted else batch_size)
         self._agree_on_fresh = bool(ignore_stale_grad)
         self._samples = weighted
@@ -330,7 +354,17 @@ class DistributedTrainer(mx.gluon.Trainer):
             params = self._params
             self._settler.settle([i for i, p in enumerate(params) if p.grad_req != "null"],
                                  lambda keys: [params[i].list_data() for i in keys])
+        if not (distributed and self._adasum is not None):
+            super(DistributedTrainer, self)._update(ignore_stale_grad)
+            return
+        # Adasum: the local step's change to each weight, combined over the ranks
+        # (mxhorovod.training.adasum).
+        pairs = [(i, p.list_data()[0]) for i, p in enumerate(self._params)
+                 if p.grad_req != "null"]
+        self._adasum.before(pairs)
         super(DistributedTrainer, self)._update(ignore_stale_grad)
+        self._adasum.after(pairs, lambda i: self._name(i) + ".adasum", self._process_set,
+                           lambda i: self._priorities[i])
 
     def _check_batch_size(self, batch_size, method="step"):
         # Ranks passing different batch sizes update differently: warned two steps later
@@ -356,6 +390,8 @@ class DistributedTrainer(mx.gluon.Trainer):
             self._layout_check.check(self._params, self._prefix + "layout", self._process_set,
                                      "DistributedTrainer '%s'" % self._prefix,
                                      self._reduction_settings(), contexts=1)
+        if self._adasum is not None:
+            return  # Adasum reduces the update, in _update
         if getattr(self, "_agree_on_fresh", False) and \
                 set_size(self._process_set, "DistributedTrainer") > 1:
             zero_stale_where_fresh_elsewhere(self._params, self._prefix + "fresh",
