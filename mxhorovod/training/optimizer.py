@@ -10,7 +10,6 @@ in single-process training.
 import mxnet as mx
 import numpy as np
 
-import mxhorovod._core as _core
 from mxhorovod.collectives.join import identity_when_joined
 from mxhorovod.collectives.ops import Adasum, Average, Max, allreduce_, grouped_allreduce_
 from mxhorovod.collectives.submit import gradient_reduction
@@ -21,7 +20,7 @@ from mxhorovod.common.process_sets import (ProcessSet, check_member, global_proc
 from mxhorovod.common.process_sets import unpickle_set
 from mxhorovod.training.accumulation import Accumulation, check_passes
 from mxhorovod.training.adasum import AdasumDeltas
-from mxhorovod.training import update_layout
+from mxhorovod.training import samples, update_layout
 
 __all__ = ["DistributedOptimizer", "split_list", "allreduce_row_sparse_"]
 
@@ -82,15 +81,6 @@ def allreduce_row_sparse_(grad, name, priority=0, **reduce_kwargs):
 
 
 
-def _sample_weight(value):
-    """``value`` as a sample weight: a positive finite float, else 0 (none)."""
-    try:
-        w = float(value)
-    except (TypeError, ValueError):
-        return 0
-    return w if 0 < w < float("inf") else 0
-
-
 class DistributedOptimizer(mx.optimizer.Optimizer):
     """Wrap ``optimizer`` so that every update uses the gradient averaged over all ranks.
 
@@ -130,6 +120,14 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
             wrapped optimizer's step on its own gradient and the steps' changes to the
             weights are combined with Adasum, as ``DistributedTrainer(op=hvd.Adasum)``
             (:mod:`mxhorovod.training.adasum`). Not with ``gradient_predivide_factor``.
+
+    Each update uses the mean over the samples the ranks processed, as
+    ``DistributedTrainer.step`` (:mod:`mxhorovod.training.samples`): the patched
+    ``gluon.Trainer.step`` / ``update`` send each rank's ``batch_size``, and
+    ``Module.update`` each rank's ``1 / rescale_grad``, in one small allreduce; the update's
+    ``rescale_grad`` becomes ``ranks / total`` times the Trainer's scale (the Module's own
+    ``rescale_grad`` is restored after the update). Ranks may then pass different batch
+    sizes, and ranks joined by ``hvd.join()`` add no samples.
 
     Every attribute other than the wrapper's own is read from and written to the wrapped
     optimizer: ``learning_rate``, ``lr_scheduler``, ``create_state``, ... and the
@@ -197,6 +195,7 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
                            check_passes(backward_passes_per_step))
         object.__setattr__(self, "_op", op)
         object.__setattr__(self, "_adasum", AdasumDeltas())
+        object.__setattr__(self, "_samples", None)  # see take_samples
         self._start_accumulation()
 
     def _start_accumulation(self):
@@ -240,6 +239,7 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
         object.__setattr__(self, "_backward_passes_per_step", 1)
         object.__setattr__(self, "_op", Average)
         object.__setattr__(self, "_adasum", AdasumDeltas())
+        object.__setattr__(self, "_samples", None)
         object.__setattr__(self, "_devices", {})
         object.__setattr__(self, "_settler", update_layout.Settler())
         for k, v in state.items():
@@ -301,17 +301,6 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
             return
         f = self._gradient_predivide_factor
         kwargs = dict(op=Average, prescale_factor=1.0 / f, postscale_factor=f, process_set=ps)
-        # Each rank's samples, 1 / rescale_grad (the Trainer's scale / batch_size, or the
-        # Module's rescale_grad), weight its gradient: the mean over the samples actually
-        # processed (short batches, ranks joined by hvd.join()).
-        _core.set_sample_weight(_sample_weight(1.0 / self._optimizer.rescale_grad)
-                                if self._optimizer.rescale_grad else 0)
-        try:
-            self._reduce(index, grad, kwargs)
-        finally:
-            _core.set_sample_weight(0)
-
-    def _reduce(self, index, grad, kwargs):
         if not isinstance(index, (tuple, list)):
             if grad.stype != "default":
                 allreduce_row_sparse_(grad, self._name(index), **kwargs)
@@ -335,6 +324,22 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
         else:
             for i, g in zip(index, grad):
                 allreduce_(g, name=self._name(i), **kwargs)
+
+    def take_samples(self, pending, scale):
+        """This step's batch sizes' allreduce (:mod:`mxhorovod.training.samples`),
+        submitted by the patched ``gluon.Trainer.step`` / ``update`` or ``Module.update``
+        (``scale``: the Trainer's ``_scale``, 1 for a Module); the first update of the step
+        sets the wrapped optimizer's ``rescale_grad`` from it."""
+        object.__setattr__(self, "_samples", (pending, scale))
+
+    def _rescale_for_samples(self):
+        got = self._samples
+        if got is None:
+            return
+        object.__setattr__(self, "_samples", None)
+        ps = self._process_set
+        n = size() if ps is global_process_set else set_size(ps, "DistributedOptimizer")
+        self._optimizer.rescale_grad = samples.rescale(got[0], got[1], n)
 
     def _check_accumulating(self):
         acc = self._accumulation
@@ -363,6 +368,7 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
         then run the wrapped optimizer's ``update`` (on weights in the plain layout where
         the update depends on it: :mod:`mxhorovod.training.update_layout`)."""
         self._check_accumulating()
+        self._rescale_for_samples()
         if self._adasum_here():
             self._settle(index, weight)
             self._adasum_update(self._optimizer.update, index, weight, grad, state)
@@ -376,6 +382,7 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
         """Average ``grad`` over ranks in place, then run the wrapped optimizer's
         ``update_multi_precision`` (what ``mx.optimizer.Updater`` calls), as ``update``."""
         self._check_accumulating()
+        self._rescale_for_samples()
         if self._adasum_here():
             self._settle(index, weight)
             self._adasum_update(self._optimizer.update_multi_precision, index, weight, grad,
@@ -404,7 +411,8 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
 
 
 DistributedOptimizer._LOCAL = frozenset(vars(DistributedOptimizer)) | frozenset(
-    DistributedOptimizer._STATE) | {"_devices", "_accumulation", "_settler", "_adasum"}
+    DistributedOptimizer._STATE) | {"_devices", "_accumulation", "_settler", "_adasum",
+                                    "_samples"}
 # Trainer states files pickle the wrapper by its module path: the face mxhorovod.optimizer
 # (the path 0.1.0 wrote and reads), not this module, so they load in 0.1.0 and survive
 # moves of this code.

@@ -42,7 +42,8 @@ from mxhorovod.checks.parameter_check import ParameterCheck
 from mxhorovod.checks.unreduced import mark_reduced, needs_reduction, reduced_before_step, was_reduced
 from mxhorovod.common.process_sets import global_process_set, outside, set_size
 from mxhorovod.training.accumulation import install_backward_counter
-from mxhorovod.training import update_layout
+from mxhorovod.collectives.ops import Adasum
+from mxhorovod.training import samples, update_layout
 from mxhorovod.training.kvstore import Horovod
 from mxhorovod.training.optimizer import DistributedOptimizer
 from mxhorovod.training.optimizer_state import counts_for_devices, install_optimizer
@@ -243,6 +244,18 @@ def install_trainer_agreement():
             check.submit(None if weighted else batch_size, target[0], target[1], method,
                          trainer._optimizer)
 
+    def submit_samples(trainer, batch_size, method):
+        # With a DistributedOptimizer (not Adasum), more than one rank: each rank's batch
+        # size in one small allreduce; the wrapper's first update of the step sets
+        # rescale_grad from the total (mxhorovod.training.samples).
+        opt = trainer._optimizer
+        target = _agreement(trainer, "samples")
+        if target is None or not isinstance(opt, DistributedOptimizer) or opt._op == Adasum:
+            return False
+        opt.take_samples(samples.submit(batch_size, target[0], target[1],
+                                        "gluon.Trainer.%s" % method), trainer._scale)
+        return True
+
     def check_layout(trainer):
         # Ranks reducing different parameters wait for each other forever: an error on
         # every rank instead (mxhorovod.checks.layout_check; blocking only when it changed).
@@ -315,8 +328,10 @@ def install_trainer_agreement():
                 zero_stale_where_fresh_elsewhere(self._params, agree[0], agree[1])
             check_parameters(self)
             settle_layouts(self)
+            weighted = submit_samples(self, batch_size, "step")
             with amp_context(self, agree):
-                return original_step(self, batch_size, ignore_stale_grad)
+                # The wrapper sets rescale_grad from every rank's batch size.
+                return original_step(self, 1 if weighted else batch_size, ignore_stale_grad)
         finally:
             mark_reduced(self, False)  # also when it raised: the next update must reduce
 
@@ -355,8 +370,9 @@ def install_trainer_agreement():
                         % ", ".join("'%s'" % m for m in mixed))
         check_parameters(self)
         settle_layouts(self)
+        weighted = submit_samples(self, batch_size, "update")
         with amp_context(self, agree):
-            return original_update(self, batch_size, ignore_stale_grad)
+            return original_update(self, 1 if weighted else batch_size, ignore_stale_grad)
 
     step._mxhorovod_stale = update._mxhorovod_stale = True
     trainer_cls.step, trainer_cls.update = step, update
@@ -458,6 +474,19 @@ def install_module_layout_check():
                                                          group.grad_arrays)]
                 weights.step(params, opt._prefix + "parameters", opt._process_set,
                              "Module with a DistributedOptimizer")
+            if opt._op != Adasum:
+                # Each rank's samples, 1 / rescale_grad, in one small allreduce: the update
+                # uses the mean over the samples processed; the Module's rescale_grad is
+                # restored after it (mxhorovod.training.samples).
+                mine = opt._optimizer.rescale_grad
+                value = 1.0 / mine if mine and 0 < mine < float("inf") else float("nan")
+                opt.take_samples(samples.submit(value, opt._prefix + "samples",
+                                                opt._process_set, "Module.update"), 1.0)
+                try:
+                    return original(self)
+                finally:
+                    opt._samples = None
+                    opt._optimizer.rescale_grad = mine
         return original(self)
 
     def accumulated_update(self):

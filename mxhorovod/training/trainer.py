@@ -14,7 +14,6 @@ from mxhorovod.checks.batch_check import BatchSizeCheck
 from mxhorovod.checks.layout_check import LayoutCheck
 from mxhorovod.checks.parameter_check import ParameterCheck
 from mxhorovod.checks.unreduced import mark_reduced, needs_reduction
-import mxhorovod._core as _core
 from mxhorovod.collectives.ops import Adasum, Average, allreduce_, grouped_allreduce_
 from mxhorovod.collectives.submit import gradient_reduction
 from mxhorovod.common.naming import next_number
@@ -26,8 +25,8 @@ from mxhorovod.training.adasum import AdasumDeltas
 from mxhorovod.training.buckets import GradientBuckets
 from mxhorovod.training.compression import Compression, wire_path
 from mxhorovod.training import update_layout
-from mxhorovod.training.optimizer import (DistributedOptimizer, _sample_weight,
-                                          allreduce_row_sparse_, split_list)
+from mxhorovod.training import samples
+from mxhorovod.training.optimizer import DistributedOptimizer, allreduce_row_sparse_, split_list
 
 __all__ = ["DistributedTrainer"]
 
@@ -210,7 +209,7 @@ class DistributedTrainer(mx.gluon.Trainer):
                                         int(bucket_cap_mb * 2**20)) \
             if gradient_as_bucket_view else None
         self._batch_check = BatchSizeCheck()
-        self._samples = 0  # in step(): this rank's batch size, the reductions' sample weight
+        self._samples = None  # in step(): the batch sizes' allreduce (training/samples.py)
         self._layout_check = LayoutCheck()
         self._parameter_check = ParameterCheck()
         self._settler = update_layout.Settler()
@@ -218,7 +217,6 @@ class DistributedTrainer(mx.gluon.Trainer):
 
     def _reduce_kwargs(self):
         f = self._gradient_predivide_factor
-        # In step() the Average is weighted by each rank's batch size (_core.set_sample_weight).
         return dict(op=Average, prescale_factor=1.0 / f, postscale_factor=f,
                     process_set=self._process_set)
 
@@ -261,13 +259,17 @@ class DistributedTrainer(mx.gluon.Trainer):
         parameter stale everywhere is skipped everywhere. (Horovod averages the stale
         gradients in, and only the fresh ranks update: the ranks' weights drift apart.)
 
-        The gradient is averaged over the samples the ranks processed: each rank's summed
-        gradient is added up and divided by the sum of the ranks' ``batch_size`` (sent with
-        the reduction; a changed size costs one negotiation round). Ranks may pass
-        different sizes (a short last batch), and a rank that has called ``hvd.join()``
-        adds neither gradient nor samples: the step equals one process on the active ranks'
-        concatenated batch. A ``batch_size`` that is not a positive finite number falls
-        back to averaging over the ranks, then dividing by this rank's own size.
+        The update uses the mean over the samples the ranks processed: the gradients are
+        averaged over the ranks as always, and one small float64 allreduce of the ranks'
+        ``batch_size`` (``<prefix>samples``) gives their total S, which sets the update's
+        ``rescale_grad`` to ``ranks / S`` on every rank alike
+        (:mod:`mxhorovod.training.samples`; the step waits for that allreduce, which
+        completes once every rank has reached ``step``). Ranks may pass different sizes
+        (a short last batch), and a rank that has called ``hvd.join()`` adds neither
+        gradient nor samples: the step equals one process on the active ranks'
+        concatenated batch, and the ranks' weights stay bit-identical. A ``batch_size``
+        that is not a number >= 0 on some rank (or 0 on every rank) raises ``ValueError``
+        on every rank, at the update.
         Ranks stepping with different learning rates or weight decays are warned two steps
         later, once (``UserWarning``; :mod:`mxhorovod.checks.batch_check`, one 64-byte
         allreduce per step).
@@ -276,15 +278,21 @@ class DistributedTrainer(mx.gluon.Trainer):
             self._accumulation.check("step")
         distributed = not outside(self._process_set) and \
             set_size(self._process_set, "DistributedTrainer") > 1
-        weighted = _sample_weight(batch_size) if distributed and self._adasum is None else 0
+        weighted = distributed and self._adasum is None
         self._check_batch_size(None if weighted else batch_size)
         self._agree_on_fresh = bool(ignore_stale_grad)
-        self._samples = weighted
+        if weighted:  # read in _update (mxhorovod.training.samples)
+            if self._prefix is None:
+                self._auto_prefix()
+            self._samples = samples.submit(batch_size, self._prefix + "samples",
+                                           self._process_set, "DistributedTrainer.step")
         try:
-            super(DistributedTrainer, self).step(batch_size, ignore_stale_grad)
+            # The update's rescale_grad is set from every rank's batch size in _update.
+            super(DistributedTrainer, self).step(1 if weighted else batch_size,
+                                                 ignore_stale_grad)
         finally:
             self._agree_on_fresh = False
-            self._samples = 0
+            self._samples = None
         if self._accumulation is not None:
             self._accumulation.done()
 
@@ -339,6 +347,10 @@ class DistributedTrainer(mx.gluon.Trainer):
     def _update(self, ignore_stale_grad=False):
         distributed = not outside(self._process_set) and \
             set_size(self._process_set, "DistributedTrainer") > 1
+        if self._samples is not None:  # in step(): the mean over the samples processed
+            pending, self._samples = self._samples, None
+            self._optimizer.rescale_grad = samples.rescale(
+                pending, self._scale, set_size(self._process_set, "DistributedTrainer"))
         if distributed:
             # Are the ranks' weights still identical? Every N-th update, read two updates
             # later (mxhorovod.checks.parameter_check).
@@ -411,20 +423,16 @@ class DistributedTrainer(mx.gluon.Trainer):
             (sparse if grad.stype != "default" else dense).append((i, grad))
         # Gradients are never in MKLDNN's layout: the core need not wait for backward.
         self._wire_used = set()
-        _core.set_sample_weight(self._samples)
-        try:
-            with gradient_reduction():
-                self._allreduce_buckets(buckets)
-                if self._num_groups > 0:
-                    self._allreduce_grouped(dense)
-                else:
-                    kwargs = self._reduce_kwargs()
-                    for i, grad in dense:
-                        self._allreduce_one(i, grad, kwargs)
-                for i, grad in sparse:
-                    self._allreduce_row_sparse(i, grad)
-        finally:
-            _core.set_sample_weight(0)
+        with gradient_reduction():
+            self._allreduce_buckets(buckets)
+            if self._num_groups > 0:
+                self._allreduce_grouped(dense)
+            else:
+                kwargs = self._reduce_kwargs()
+                for i, grad in dense:
+                    self._allreduce_one(i, grad, kwargs)
+            for i, grad in sparse:
+                self._allreduce_row_sparse(i, grad)
         # Wire buffers of gradients or buckets gone since (buckets rebound under new
         # numbers): dropped (MXNet frees them once the engine's queued uses are done).
         for key in [k for k in self._wire if k not in self._wire_used]:

@@ -196,8 +196,7 @@ void RunCycle(ProcessSet& set, bool shutdown_requested, MPI_Comm world, int worl
     bool fusable = (r.op_type == OpType::kAllreduce || r.op_type == OpType::kReducescatter) &&
                    (bytes < cfg.zero_copy_bytes ||
                     (r.op_type == OpType::kAllreduce && groups_in_place));
-    items.push_back({fusable, r.op_type, r.dtype, r.reduce_op, r.prescale, r.postscale, bytes,
-                     r.weight_total});
+    items.push_back({fusable, r.op_type, r.dtype, r.reduce_op, r.prescale, r.postscale, bytes});
     *bytes_done += bytes;
   }
   std::vector<TensorTableEntry*> entries;

@@ -73,14 +73,6 @@ struct Request {
   // cache keeps the two apart (ResponseCache); the ranks must agree (MessageTable::Build),
   // else their caches would place entries differently.
   bool size_exchange = false;
-  // An Average allreduce's sample weight (> 0; 0: none): this rank's samples in the step
-  // (DistributedTrainer.step). Where the weights differ, or a rank has joined, the sum is
-  // multiplied on each rank by its own weight over the weights' total (Response::
-  // weight_total) instead of divided by the size: the sum over the samples actually
-  // processed, times this rank's share, which the update then divides by this rank's batch
-  // size. Equal weights and no joined rank: a plain Average. May differ between ranks;
-  // part of the cache's key, so a changed weight renegotiates.
-  double weight = 0;
   // Min, Max and Product allreduces only (mxhorovod's own checks): a joined rank adds the
   // op's identity (the lowest value for Max, the highest for Min, 1 for Product) instead
   // of failing the call. Not part of the public API: Horovod's fail.
@@ -110,8 +102,6 @@ struct Response {
   // response: first_dims holds the rank that joined last.
   std::vector<int64_t> joined;
   int64_t elements = 0;
-  // > 0: the weighted Average of Request::weight, with this total over the ranks.
-  double weight_total = 0;
 };
 
 // A tensor as the core sees it: raw memory, element count and shape, no framework.

@@ -81,20 +81,12 @@ Status Executor::Run(const Response& resp, const std::vector<TensorTableEntry*>&
   return NameTensors(s, resp.op_type, entries);
 }
 
-// A weighted Average (Response::weight_total): this rank's factor for entry e, which
-// differs between ranks, so it is applied here after the reduction, never by the backend
-// (inside a reduction one rank's factor would reach the others).
-double WeightedPost(const Response& resp, const TensorTableEntry* e) {
-  return resp.postscale * e->request.weight / resp.weight_total;
-}
-
 Status Executor::Allreduce(const Response& resp, const std::vector<TensorTableEntry*>& entries) {
   if (resp.reduce_op == ReduceOp::kAdasum) return AllreduceAdasum(resp, entries);
   const DataType dt = resp.dtype;
   const int esize = DTypeSize(dt);
   const double post = resp.postscale;
-  const bool weighted = resp.weight_total > 0;
-  const int divisor = resp.reduce_op == ReduceOp::kAverage && !weighted ? size_ : 1;
+  const int divisor = resp.reduce_op == ReduceOp::kAverage ? size_ : 1;
   if (entries.size() == 1) {
     // Alone in its group: reduce in the output itself, no fusion-buffer copies; the
     // backend may apply postscale / divisor inside the reduction, saving a pass.
@@ -103,15 +95,10 @@ Status Executor::Allreduce(const Response& resp, const std::vector<TensorTableEn
     ScaleCopy(e->output.data, e->input.data, n, dt, resp.prescale);
     bool scaled = false;
     Timeline::Get().ActivityStart(e->request.name, MPIActivityName(OpType::kAllreduce));  // [timeline]
-    auto s = backend_->Allreduce(e->output.data, n, dt, weighted ? ReduceOp::kSum : resp.reduce_op,
-                                 weighted ? 1.0 : post / divisor, &scaled);
+    auto s = backend_->Allreduce(e->output.data, n, dt, resp.reduce_op, post / divisor, &scaled);
     Timeline::Get().ActivityEnd(e->request.name);  // [timeline]
     if (!s.ok()) return s;
-    if (weighted) {
-      ScaleBuffer(e->output.data, n, dt, WeightedPost(resp, e), 1);
-    } else if (!scaled) {
-      ScaleBuffer(e->output.data, n, dt, post, divisor);
-    }
+    if (!scaled) ScaleBuffer(e->output.data, n, dt, post, divisor);
     return Status::OK();
   }
   int64_t total = 0;
@@ -133,14 +120,14 @@ Status Executor::Allreduce(const Response& resp, const std::vector<TensorTableEn
   timeline.ActivityStartAll(entries, MPIActivityName(OpType::kAllreduce));  // [timeline]
   // Not scaled by the backend: the unpack copy below carries the scale at no extra pass.
   bool scaled = false;
-  auto s = backend_->Allreduce(buf, total, dt, weighted ? ReduceOp::kSum : resp.reduce_op, 1.0, &scaled);
+  auto s = backend_->Allreduce(buf, total, dt, resp.reduce_op, 1.0, &scaled);
   timeline.ActivityEndAll(entries);                                          // [timeline]
   if (!s.ok()) return s;
   timeline.ActivityStartAll(entries, kActivityMemcpyOut);  // [timeline]
   off = 0;
   for (auto* e : entries) {
     const int64_t n = e->input.num_elements();
-    ScaleCopy(e->output.data, buf + off, n, dt, weighted ? WeightedPost(resp, e) : post, divisor);
+    ScaleCopy(e->output.data, buf + off, n, dt, post, divisor);
     off += n * esize;
   }
   timeline.ActivityEndAll(entries);  // [timeline]
@@ -202,8 +189,7 @@ Status Executor::AllreduceInPlace(const Response& resp, const std::vector<Tensor
   const DataType dt = resp.dtype;
   const int esize = DTypeSize(dt);
   const double post = resp.postscale;
-  const bool weighted = resp.weight_total > 0;
-  const int divisor = resp.reduce_op == ReduceOp::kAverage && !weighted ? size_ : 1;
+  const int divisor = resp.reduce_op == ReduceOp::kAverage ? size_ : 1;
   const bool pack = SharesMemory(entries, esize);
   if (pack && (int64_t)fusion_buffer_.size() < total * esize) fusion_buffer_.resize(total * esize);
   std::vector<void*> bufs;
@@ -225,8 +211,8 @@ Status Executor::AllreduceInPlace(const Response& resp, const std::vector<Tensor
   // `is_final`: whether a reported buffer holds the result: always when there is nothing to
   // scale, else when the backend scales (it sets *scaled before its first report). Two
   // captures keep the std::function inline: no allocation per group.
-  static const bool kAlways = true, kNever = false;
-  const bool* is_final = weighted ? &kNever : post == 1.0 && divisor == 1 ? &kAlways : &scaled;
+  static const bool kAlways = true;
+  const bool* is_final = post == 1.0 && divisor == 1 ? &kAlways : &scaled;
   BufferDone done;
   if (!pack) {
     done = [&entries, is_final](size_t i) {
@@ -240,20 +226,13 @@ Status Executor::AllreduceInPlace(const Response& resp, const std::vector<Tensor
   }
   Timeline& timeline = Timeline::Get();
   timeline.ActivityStartAll(entries, MPIActivityName(OpType::kAllreduce));  // [timeline]
-  auto s = backend_->AllreduceBuffers(bufs, counts, dt, weighted ? ReduceOp::kSum : resp.reduce_op,
-                                      weighted ? 1.0 : post / divisor, &scaled, done);
+  auto s = backend_->AllreduceBuffers(bufs, counts, dt, resp.reduce_op, post / divisor, &scaled,
+                                      done);
   timeline.ActivityEndAll(entries);                                          // [timeline]
   if (!s.ok()) return s;
   for (size_t i = 0; i < entries.size(); ++i) {
     if (!entries[i]->callback) continue;  // completed early (above)
-    if (weighted) {
-      const double w = WeightedPost(resp, entries[i]);
-      if (pack) {
-        ScaleCopy(entries[i]->output.data, bufs[i], counts[i], dt, w, 1);
-      } else {
-        ScaleBuffer(bufs[i], counts[i], dt, w, 1);
-      }
-    } else if (pack) {
+    if (pack) {
       ScaleCopy(entries[i]->output.data, bufs[i], counts[i], dt, scaled ? 1.0 : post,
                 scaled ? 1 : divisor);
     } else if (!scaled) {

@@ -7,7 +7,7 @@ namespace {
 
 bool SameKey(const FusionItem& a, const FusionItem& b) {
   return a.op_type == b.op_type && a.dtype == b.dtype && a.reduce_op == b.reduce_op &&
-         a.prescale == b.prescale && a.postscale == b.postscale && a.weight_total == b.weight_total;
+         a.prescale == b.prescale && a.postscale == b.postscale;
 }
 
 }  // namespace

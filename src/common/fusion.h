@@ -19,7 +19,6 @@ struct FusionItem {
   double prescale;
   double postscale;
   int64_t bytes;
-  double weight_total = 0;  // Response::weight_total (the same on every rank)
 };
 
 // Groups item indices: items with equal keys join the open group of their key while its

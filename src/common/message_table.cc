@@ -98,10 +98,6 @@ Response MessageTable::Finish(const std::string& name) {
   }
   resp.joined = std::move(joined);
   resp.elements = NumElements(a.shape);
-  if (a.weight > 0) {  // over the ranks that took part
-    resp.weight_total = 0;
-    for (const auto& r : present) resp.weight_total += r.weight;
-  }
   return resp;
 }
 
@@ -220,30 +216,6 @@ Response MessageTable::Build(const std::vector<Request>& reqs) const {
         err = "alltoall '" + a.name + "': rank " + std::to_string(r.rank) + " gave " +
               std::to_string(r.splits.size()) + " splits for " + RankCount(size_);
         break;
-      }
-    }
-  }
-  if (err.empty() && a.op_type == OpType::kAllreduce) {
-    // Sample weights: all or none, Average only; the total where they differ.
-    double total = 0;
-    bool equal = true;
-    for (const auto& r : reqs) {
-      if ((r.weight > 0) != (a.weight > 0)) {
-        err = Mismatch("sample weights", a, r, a.weight > 0 ? Num(a.weight) : "none",
-                       r.weight > 0 ? Num(r.weight) : "none") +
-              " (DistributedTrainer.step(batch_size) sends the batch size as the weight when it "
-              "is a positive finite number: pass one on every rank)";
-        break;
-      }
-      total += r.weight;
-      equal = equal && r.weight == a.weight;
-    }
-    if (err.empty() && a.weight > 0) {
-      if (a.reduce_op != ReduceOp::kAverage) {
-        err = std::string("allreduce '") + a.name + "': sample weights need the Average op, not " +
-              ReduceOpName(a.reduce_op);
-      } else if (!equal) {
-        resp.weight_total = total;
       }
     }
   }

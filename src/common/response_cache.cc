@@ -5,7 +5,6 @@ namespace mxhorovod {
 bool ResponseCache::SameRequest(const Request& a, const Request& b) {
   return a.op_type == b.op_type && a.dtype == b.dtype && a.reduce_op == b.reduce_op &&
          a.root_rank == b.root_rank && a.prescale == b.prescale && a.postscale == b.postscale &&
-         a.weight == b.weight &&
          a.shape == b.shape && a.splits == b.splits && a.group_size == b.group_size &&
          a.grouped == b.grouped;
 }

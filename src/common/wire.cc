@@ -75,7 +75,6 @@ std::string EncodeRequests(const std::vector<Request>& reqs) {
     w.Pod(r.group_size);
     w.Pod<uint8_t>(r.grouped);
     w.Pod<uint8_t>(r.size_exchange);
-    w.Pod(r.weight);
     w.Pod<uint8_t>(r.join_identity);
     w.Str(r.local_error);
   }
@@ -99,7 +98,6 @@ std::vector<Request> DecodeRequests(const char* data, size_t size) {
     r.group_size = rd.Pod<int32_t>();
     r.grouped = rd.Pod<uint8_t>() != 0;
     r.size_exchange = rd.Pod<uint8_t>() != 0;
-    r.weight = rd.Pod<double>();
     r.join_identity = rd.Pod<uint8_t>() != 0;
     r.local_error = rd.Str();
   }
@@ -124,7 +122,6 @@ std::string EncodeResponses(const std::vector<Response>& resps) {
     w.Ints(r.first_dims);
     w.Ints(r.joined);
     w.Pod(r.elements);
-    w.Pod(r.weight_total);
   }
   return w.Take();
 }
@@ -146,7 +143,6 @@ std::vector<Response> DecodeResponses(const char* data, size_t size) {
     r.first_dims = rd.Ints();
     r.joined = rd.Ints();
     r.elements = rd.Pod<int64_t>();
-    r.weight_total = rd.Pod<double>();
   }
   if (!rd.Done()) throw std::runtime_error("mxhorovod: trailing bytes in response list");
   return out;

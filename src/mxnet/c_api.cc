@@ -134,7 +134,6 @@ struct Names {
 // One engine operation over num tensors of one kind (a single call is a group of one).
 // With `fail_with`, the operation is not pushed: its tensors are submitted as failed on this
 // rank with that text (see SubmitFailed) and the call returns -1 with it.
-thread_local double t_sample_weight = 0;
 thread_local bool t_join_identity = false;
 
 int Grouped(OpType type, void** inputs, void** outputs, int num, const Names& names, int reduce_op,
@@ -175,9 +174,6 @@ int Grouped(OpType type, void** inputs, void** outputs, int num, const Names& na
       t.request.postscale = postscale;
       t.request.group_size = num;
       t.request.grouped = grouped;
-      if (type == OpType::kAllreduce && t.request.reduce_op == ReduceOp::kAverage) {
-        t.request.weight = t_sample_weight;
-      }
       t.request.join_identity = t_join_identity;
     }
     t.request.size_exchange = size_exchange;
@@ -254,7 +250,6 @@ int Grouped(OpType type, void** inputs, void** outputs, int num, const Names& na
 
 }  // namespace
 
-void SetSampleWeight(double weight) { t_sample_weight = weight; }
 void SetJoinIdentity(bool on) { t_join_identity = on; }
 
 int Call(OpType type, void** inputs, void** outputs, int num, const std::string* names,

@@ -21,9 +21,6 @@ namespace mx {
 // name given twice (a sort of the names: 9% of a 1,000-tensor group's call) is skipped.
 // `size_exchange`: an allgather's size exchange (Request::size_exchange). `grouped`: a
 // grouped call, even of one tensor (Request::grouped).
-// The sample weight (Request::weight) that this thread's next allreduce calls carry; 0:
-// none. Set around DistributedTrainer.step's reductions (_core.sample_weight).
-void SetSampleWeight(double weight);
 // Request::join_identity for this thread's next allreduce calls (mxhorovod's checks).
 void SetJoinIdentity(bool on);
 int Call(OpType type, void** inputs, void** outputs, int num, const std::string* names,

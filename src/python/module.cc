@@ -261,8 +261,6 @@ PYBIND11_MODULE(_core, m) {
     Raise(s);
     return last;
   }, "hvd.join(): blocks until every rank has joined; returns the rank that joined last");
-  m.def("set_sample_weight", [](double w) { mx::SetSampleWeight(w); },
-        "the sample weight of this thread's next allreduce calls (0: none); Request::weight");
   m.def("set_join_identity", [](bool on) { mx::SetJoinIdentity(on); },
         "Request::join_identity of this thread's next allreduce calls (internal checks)");
   m.def("remove_process_set", [](int32_t id) {

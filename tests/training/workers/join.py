@@ -148,6 +148,45 @@ bad = [str(w.message) for w in seen_warnings if "hvd" in str(w.message) or "rank
 assert not bad, (r, bad)
 print("RANK %d OK" % r, flush=True)
 
+# 3b. Different batch sizes on the ranks, no join: the ranks stay bit-identical (every
+# rank scales by the same total), and equal one process on the concatenated batch.
+for c, kind in enumerate(("trainer", "optimizer")):
+    net, ref = mlp("bs%d_" % c), mlp("bsref%d_" % c)
+    hvd.broadcast_parameters(net.collect_params(), root_rank=0)
+    copy_params(net, ref)
+    opt = {"learning_rate": 0.1, "momentum": 0.9}
+    trainer = hvd.DistributedTrainer(net.collect_params(), "sgd", opt) if kind == "trainer" \
+        else gluon.Trainer(net.collect_params(), hvd.DistributedOptimizer(mx.optimizer.SGD(**opt)))
+    local = gluon.Trainer(ref.collect_params(), "sgd", opt, kvstore=None)
+    sizes = [1 + (q + i) % 4 for i in range(3) for q in range(n)]  # sizes[i * n + q]
+    for i in range(3):
+        b = sizes[i * n + r]
+        with autograd.record():
+            loss = loss_fn(net(mx.nd.array(x[i, r, :b])), mx.nd.array(y[i, r, :b]))
+        loss.backward()
+        trainer.step(b)
+        bx = np.concatenate([x[i, q, :sizes[i * n + q]] for q in range(n)])
+        by = np.concatenate([y[i, q, :sizes[i * n + q]] for q in range(n)])
+        with autograd.record():
+            loss = loss_fn(ref(mx.nd.array(bx)), mx.nd.array(by))
+        loss.backward()
+        local.step(len(bx))
+    for p, q in zip(net.collect_params().values(), ref.collect_params().values()):
+        mine = p.data().asnumpy()
+        every = hvd.allgather_object(mine, name="bits.%s" % p.name)
+        assert all(np.array_equal(e, mine) for e in every), (r, kind, p.name)
+        assert np.allclose(mine, q.data().asnumpy(), rtol=1e-5, atol=1e-6), (r, kind, p.name)
+
+# A batch size that is not a number >= 0 on one rank: ValueError on every rank.
+net = mlp("badbs_")
+trainer = hvd.DistributedTrainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+with autograd.record():
+    loss = loss_fn(net(mx.nd.array(x[0, r])), mx.nd.array(y[0, r]))
+loss.backward()
+expect_error(lambda: trainer.step(float("nan") if r == 0 else 4),
+             "DistributedTrainer.step: the ranks' batch sizes add up to nan",
+             "this rank passed %s" % ("nan" if r == 0 else "4"))
+
 # 4. hvd.DistributedSampler without padding + join(): every sample exactly once per epoch,
 # though the shares differ in length (10 samples on n ranks, batches of 2, last kept).
 data = gluon.data.ArrayDataset(np.arange(10, dtype=np.float32).reshape(10, 1))
