@@ -13,7 +13,7 @@ costs about 0.5 ms per MB of parameters (copy and CRC; ResNet-50: 54 ms), once p
 
 A mismatch warns once per trainer, on every rank of the set, naming the step, the first
 parameter that differs (its number and this rank's name for it), which ranks hold which
-value (one blocking allgather of that check's digests, made once) and how many parameters
+value (one blocking Max allreduce of a row of digests per rank, made once) and how many parameters
 differ; the trainer then checks no more. The last checks are read at ``hvd.shutdown()`` or
 exit (a mismatch found there names no ranks: the peers may be gone); those of a freed
 trainer are dropped.
@@ -27,8 +27,8 @@ import mxnet as mx
 import numpy as np
 
 from mxhorovod.collectives.join import after_join, identity_when_joined
-from mxhorovod.collectives.ops import Max, allgather, allreduce
-from mxhorovod.common.basics import after_local_work, rank
+from mxhorovod.collectives.ops import Max, allreduce
+from mxhorovod.common.basics import after_local_work, rank, size
 from mxhorovod.common.process_sets import global_process_set
 from mxhorovod.common.user_warning import warn_user
 
@@ -133,13 +133,21 @@ class ParameterCheck(object):
             # Which ranks hold what: every rank of the set reads this check at the same
             # update and finds the same mismatch, so all of them make this one blocking call
             # (not at shutdown: the peers may be gone).
-            every = allgather(mx.nd.array(both[:, :n], dtype=np.int64), name=name + ".ranks",
-                              process_set=process_set).asnumpy()
+            # A Max allreduce of one row per rank (the others' rows the lowest int64), not
+            # an allgather: it runs while a rank has joined (hvd.join()), whose row stays
+            # the lowest.
             ranks = process_set.ranks if process_set is not global_process_set and \
-                process_set.ranks else list(range(every.shape[0]))
+                process_set.ranks else list(range(size()))
+            low = np.iinfo(np.int64).min
+            rows = np.full((len(ranks), n), low, dtype=np.int64)
+            rows[ranks.index(rank())] = both[0, :n]
+            with identity_when_joined():
+                every = allreduce(mx.nd.from_numpy(rows, zero_copy=True), op=Max,
+                                  name=name + ".ranks", process_set=process_set).asnumpy()
             groups = collections.OrderedDict()
             for r, value in zip(ranks, every[:, k]):
-                groups.setdefault(int(value), []).append(r)
+                if int(value) != low:  # a joined rank holds no value here
+                    groups.setdefault(int(value), []).append(r)
             holders = "the ranks hold %d different values (%s)" % (
                 len(groups), "; ".join(_ranks_text(rs) for rs in groups.values()))
         warn_user(

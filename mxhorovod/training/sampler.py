@@ -29,8 +29,8 @@ class DistributedSampler(mx.gluon.data.Sampler):
         rank: this rank's share (default ``hvd.rank()``).
 
     Raises:
-        ValueError: ``rank`` is not in ``[0, num_replicas)``, or ``drop_last=True`` leaves a
-            rank no sample.
+        ValueError: ``num_replicas`` < 1, ``rank`` is not in ``[0, num_replicas)``, or
+            ``drop_last=True`` leaves a rank no sample.
     """
 
     def __init__(self, dataset, shuffle=True, seed=0, drop_last=False, num_replicas=None,
@@ -38,6 +38,9 @@ class DistributedSampler(mx.gluon.data.Sampler):
         self._length = int(dataset) if isinstance(dataset, (int, np.integer)) else len(dataset)
         self._parts = size() if num_replicas is None else int(num_replicas)
         self._index = _rank() if rank is None else int(rank)
+        if self._parts < 1:
+            raise ValueError("DistributedSampler: num_replicas must be >= 1, got %d"
+                             % self._parts)
         if not 0 <= self._index < self._parts:
             raise ValueError("DistributedSampler: rank %d is not in [0, %d)"
                              % (self._index, self._parts))
