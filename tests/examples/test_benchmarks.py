@@ -339,3 +339,11 @@ def test_sync_batch_norm_hosts_quick():
     skip_without_netns()
     obj = run_script("sync_batch_norm.py", "--hosts", "--rates", "1gbit", timeout=120)
     check_sync_batch_norm(obj, "2 hosts x 1 rank, eth0 capped at 1gbit", 2)
+
+
+def test_adasum_quick():
+    obj = run_script("adasum.py")
+    row = obj["rows"][0]
+    check_stats(row["sum_s"])
+    check_stats(row["adasum_s"])
+    assert row["ranks"] == 2 and row["tensors"] == 8 and row["levels"] == 1, row
