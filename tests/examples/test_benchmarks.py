@@ -347,3 +347,11 @@ def test_adasum_quick():
     check_stats(row["sum_s"])
     check_stats(row["adasum_s"])
     assert row["ranks"] == 2 and row["tensors"] == 8 and row["levels"] == 1, row
+
+
+def test_adasum_mnist_quick():
+    obj = run_script("adasum_mnist.py", timeout=240)
+    assert [r["op"] for r in obj["rows"]] == ["average", "adasum"], obj["rows"]
+    for r in obj["rows"]:
+        assert len(r["runs"]) == 1 and 0 < r["runs"][0]["accuracy"] <= 1, r
+    assert obj["rows"][0]["lr"] == 2 * obj["rows"][1]["lr"]  # average: scaled by 2 ranks
