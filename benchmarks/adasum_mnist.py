@@ -11,7 +11,9 @@ samples each (global batch np x batch), SGD with momentum 0.9, for each seed of 
   multiplies by the size): ``base_lr * batch / 64 * np``, Goyal et al.'s rule;
 - **adasum**: ``--op adasum`` with the learning rate of one process on the per-rank batch,
   ``base_lr * batch / 64``, as Horovod's Adasum guide recommends (Adasum combines the
-  ranks' steps, it does not scale them: docs/adasum_user_guide.rst).
+  ranks' steps, it does not scale them: docs/adasum_user_guide.rst);
+- **average-unscaled** (a control, in --ops only when named): ``--op average`` with
+  Adasum's learning rate, ``base_lr * batch / 64``, not scaled by the number of ranks.
 
 Each run stops after the first epoch whose test accuracy reaches --target (or after
 --epochs). Reported per op: the epochs and the wall seconds (training and evaluation, as the
@@ -39,7 +41,8 @@ def parse_args(argv=None):
     ap.add_argument("--seeds", default="1,2,3", help="comma-separated seeds")
     ap.add_argument("--epochs", type=int, default=8, help="the most epochs per run")
     ap.add_argument("--target", type=float, default=0.98, help="test accuracy to reach")
-    ap.add_argument("--ops", default="average,adasum", help="comma-separated: average, adasum")
+    ap.add_argument("--ops", default="average,adasum",
+                    help="comma-separated: average, adasum, average-unscaled")
     ap.add_argument("--timeout", type=int, default=900, help="seconds per run")
     ap.add_argument("--quick", action="store_true",
                     help="2 ranks, 1 seed, 1 epoch of 2,560 images (the smoke test)")
@@ -56,9 +59,11 @@ def parse_args(argv=None):
 
 def run(args, op, seed):
     lr = args.base_lr * args.batch / 64.0  # per rank; the example scales it for average
+    given = lr / args.np if op == "average-unscaled" else lr  # undoes the example's scaling
     cmd = [os.path.join(os.path.dirname(sys.executable), "mpirun"), "-np", str(args.np),
            sys.executable, os.path.join(ROOT, "examples", "mxnet_mnist.py"),
-           "--op", op, "--batch-size", str(args.batch), "--lr", repr(lr), "--seed", str(seed),
+           "--op", "adasum" if op == "adasum" else "average", "--batch-size", str(args.batch),
+           "--lr", repr(given), "--seed", str(seed),
            "--epochs", str(args.epochs), "--target-accuracy", repr(args.target)] + args.limit
     env = dict(os.environ, OMP_NUM_THREADS="1")
     out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
