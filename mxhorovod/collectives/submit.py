@@ -52,6 +52,14 @@ Product = 5
 _OP_NAMES = {Average: "Average", Sum: "Sum", Adasum: "Adasum", Min: "Min", Max: "Max",
              Product: "Product"}
 
+
+def op_name(op):
+    """The name of a reduce op ("Sum"), or its repr when it is none of them."""
+    try:
+        return _OP_NAMES.get(op, repr(op))
+    except TypeError:  # unhashable
+        return repr(op)
+
 def call_name(kind, name, pid=0):
     """The name sent to the peers: str(name), or for None or '' (Horovod takes '' as well)
     '<kind>.noname.<n>' numbered per kind and process set (``pid``), see

@@ -12,7 +12,7 @@ import numpy as np
 
 from mxhorovod.collectives.join import identity_when_joined
 from mxhorovod.collectives.ops import Adasum, Average, Max, allreduce_, grouped_allreduce_
-from mxhorovod.collectives.submit import gradient_reduction
+from mxhorovod.collectives.submit import gradient_reduction, op_name
 from mxhorovod.common.basics import size
 from mxhorovod.common.naming import next_number
 from mxhorovod.common.process_sets import (ProcessSet, check_member, global_process_set,
@@ -169,7 +169,7 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
         # Deliberately no Optimizer.__init__: all optimizer state lives in ``optimizer``.
         if op not in (Average, Adasum):
             raise ValueError("DistributedOptimizer: op must be hvd.Average or hvd.Adasum, "
-                             "got %r" % (op,))
+                             "got %s" % op_name(op))
         if op == Adasum and gradient_predivide_factor != 1.0:
             raise ValueError("DistributedOptimizer(op=hvd.Adasum) reduces each rank's "
                              "update, not its gradient: gradient_predivide_factor is not "
@@ -405,8 +405,11 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
         pairs = [((i, self._device_id), w) for i, w in zip(index if many else [index],
                                                            weight if many else [weight])]
         self._adasum.before(pairs)
-        update(index, weight, grad, state)
-        self._adasum.after(pairs, lambda key: self._name(key[0]) + ".adasum", self._process_set)
+        try:
+            update(index, weight, grad, state)
+        finally:  # also when it raised: the peers wait for this rank's deltas
+            self._adasum.after(pairs, lambda key: self._name(key[0]) + ".adasum",
+                               self._process_set)
 
 
 

@@ -15,7 +15,7 @@ from mxhorovod.checks.layout_check import LayoutCheck
 from mxhorovod.checks.parameter_check import ParameterCheck
 from mxhorovod.checks.unreduced import mark_reduced, needs_reduction
 from mxhorovod.collectives.ops import Adasum, Average, allreduce_, grouped_allreduce_
-from mxhorovod.collectives.submit import gradient_reduction
+from mxhorovod.collectives.submit import gradient_reduction, op_name
 from mxhorovod.common.naming import next_number
 from mxhorovod.common.user_warning import warn_user
 from mxhorovod.common.process_sets import (check_member, global_process_set, outside, set_id,
@@ -146,8 +146,8 @@ class DistributedTrainer(mx.gluon.Trainer):
                  gradient_as_bucket_view=False, bucket_cap_mb=25, backward_passes_per_step=1,
                  op=Average):
         if op not in (Average, Adasum):
-            raise ValueError("DistributedTrainer: op must be hvd.Average or hvd.Adasum, got %r"
-                             % (op,))
+            raise ValueError("DistributedTrainer: op must be hvd.Average or hvd.Adasum, got %s"
+                             % op_name(op))
         if op == Adasum and (compression is not Compression.none or gradient_predivide_factor != 1.0
                              or gradient_as_bucket_view):
             raise ValueError(
@@ -374,9 +374,13 @@ class DistributedTrainer(mx.gluon.Trainer):
         pairs = [(i, p.list_data()[0]) for i, p in enumerate(self._params)
                  if p.grad_req != "null"]
         self._adasum.before(pairs)
-        super(DistributedTrainer, self)._update(ignore_stale_grad)
-        self._adasum.after(pairs, lambda i: self._name(i) + ".adasum", self._process_set,
-                           lambda i: self._priorities[i])
+        try:
+            super(DistributedTrainer, self)._update(ignore_stale_grad)
+        finally:
+            # Also when the local step raised (a stale gradient): the peers wait for this
+            # rank's deltas, zero where nothing was updated.
+            self._adasum.after(pairs, lambda i: self._name(i) + ".adasum", self._process_set,
+                               lambda i: self._priorities[i])
 
     def _check_batch_size(self, batch_size, method="step"):
         # Ranks passing different batch sizes update differently: warned two steps later

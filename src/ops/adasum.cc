@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <limits>
 
 #include "ops/float16.h"
 
@@ -71,6 +72,12 @@ void AdasumCoefficients(double dot, double anormsq, double bnormsq, double* acoe
   // Horovod's threshold (sqrt of the smallest normal double): below it the division could
   // overflow, and the side's term is negligible anyway.
   static const double kTiny = std::sqrt(DBL_MIN);
+  if (std::isnan(anormsq) || std::isnan(bnormsq) || std::isnan(dot)) {
+    // A NaN anywhere in either vector: the whole result is NaN, also against a zero
+    // vector (whose side would otherwise keep the coefficient 1 and pass the rest through).
+    *acoeff = *bcoeff = std::numeric_limits<double>::quiet_NaN();
+    return;
+  }
   *acoeff = anormsq >= kTiny ? 1.0 - dot / anormsq * 0.5 : 1.0;
   *bcoeff = bnormsq >= kTiny ? 1.0 - dot / bnormsq * 0.5 : 1.0;
 }

@@ -136,6 +136,10 @@ want = tree([np.zeros(6, np.float32)] + [data(q, (6,), np.float32, 30) for q in 
 check(hvd.allreduce(mx.nd.array(z), op=hvd.Adasum, name="zero.one"), want, "zero.one")
 check(hvd.allreduce(mx.nd.zeros(6), op=hvd.Adasum, name="zero.all"), np.zeros(6, np.float32),
       "zero.all", exact=True)
+# A NaN against zero vectors: the whole tensor is NaN (the zero side must not pass it on).
+v = np.array([np.nan, 1, 2], np.float32) if r == n - 1 else np.zeros(3, np.float32)
+got = hvd.allreduce(mx.nd.array(v), op=hvd.Adasum, name="nan.zero").asnumpy()
+assert np.isnan(got).all(), (r, got)
 
 # A process set: ranks 1 .. n-1, the tree over the set's ranks in set order.
 if sub is not None and sub.included():

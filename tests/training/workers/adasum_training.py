@@ -82,6 +82,25 @@ for p in net.collect_params().values():
                                             deltas[1][p.name].ravel()).reshape(got.shape)
         assert np.allclose(got, want, rtol=1e-4, atol=1e-6), (r, p.name)
 
+# 2b. A rank's local step raises (a stale gradient on rank 0, caught): its zero deltas are
+# still sent, the peers do not wait, and the weights stay identical.
+net = mlp("stale_")
+hvd.broadcast_parameters(net.collect_params(), root_rank=0)
+trainer = hvd.DistributedTrainer(net.collect_params(), "sgd", {"learning_rate": 0.5},
+                                 op=hvd.Adasum)
+fwd_bwd(net, X[1, r], Y[1, r])
+trainer.step(B)
+if r != 0:
+    fwd_bwd(net, X[2, r], Y[2, r])
+try:
+    trainer.step(B)  # rank 0: no backward since the last step
+    assert r != 0, "rank 0 should have raised"
+except UserWarning as e:
+    assert r == 0 and "has not been updated by backward" in str(e), (r, e)
+for p in net.collect_params().values():
+    every = hvd.allgather_object(p.data().asnumpy(), name="stale." + p.name)
+    assert all(np.array_equal(every[0], e) for e in every), (r, p.name)
+
 # 3. Refused: compression, predivide, bucket views, another op.
 for bad in ({"compression": hvd.Compression.fp16}, {"gradient_predivide_factor": 2.0},
             {"gradient_as_bucket_view": True}, {"op": hvd.Sum}):
@@ -91,5 +110,5 @@ for bad in ({"compression": hvd.Compression.fp16}, {"gradient_predivide_factor":
                                {"learning_rate": 0.1}, **kw)
         raise AssertionError("accepted %s" % bad)
     except ValueError as e:
-        assert "Adasum" in str(e) or "op must be" in str(e), e
+        assert "Adasum" in str(e) or "op must be hvd.Average or hvd.Adasum, got Sum" in str(e), e
 print("RANK %d OK" % r, flush=True)
