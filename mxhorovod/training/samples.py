@@ -53,10 +53,17 @@ def rescale(pending, scale, ranks):
     """``scale * ranks / S``, S the ranks' total; waits for it.
 
     Raises:
-        ValueError: on every rank, when some rank passed a batch size that is not a number
-            >= 0, or every rank passed 0.
+        TypeError: on a rank that passed a batch size that is not a number (None, a
+            string), as ``gluon.Trainer.step`` does; ValueError on the other ranks.
+        ValueError: on every rank, when some rank passed a number < 0, or every rank
+            passed 0.
     """
     total = float(pending.result.asnumpy()[0])
+    mine = pending.mine
+    if isinstance(mine, bool) or not isinstance(mine, numbers.Real):
+        raise TypeError(
+            "%s: batch_size must be this rank's number of samples in the step, got %r; "
+            "the other ranks raise ValueError" % (pending.what, mine))
     if not (0 < total < math.inf):
         raise ValueError(
             "%s: the ranks' batch sizes add up to %g (this rank passed %r): pass each rank's "

@@ -186,6 +186,17 @@ loss.backward()
 expect_error(lambda: trainer.step(float("nan") if r == 0 else 4),
              "DistributedTrainer.step: the ranks' batch sizes add up to nan",
              "this rank passed %s" % ("nan" if r == 0 else "4"))
+# Not a number at all on rank 0: TypeError there (as gluon.Trainer.step), ValueError on
+# the others; the next step works.
+for p in net.collect_params().values():
+    p.zero_grad()
+try:
+    trainer.step(None if r == 0 else 4)
+    raise AssertionError("rank %d: step(None) did not raise" % r)
+except (TypeError, ValueError) as e:
+    assert isinstance(e, TypeError) == (r == 0), (r, repr(e))
+    assert ("got None" if r == 0 else "add up to nan") in str(e), (r, str(e))
+trainer.step(4)
 
 # 4. hvd.DistributedSampler without padding + join(): every sample exactly once per epoch,
 # though the shares differ in length (10 samples on n ranks, batches of 2, last kept).
