@@ -5,7 +5,8 @@ cannot shrink or grow), so the wrapper does at each start what Horovod's does af
 
 1. loads the newest commit any host holds on a rank that has it and syncs it to every rank
    (with no commit anywhere, rank 0's state);
-2. in every job after the first, calls the state's reset callbacks;
+2. in every job after the first, and after loading a durable commit, calls the state's
+   reset callbacks;
 3. calls the function; then, when it raises:
 
    - ``HostsUpdatedInterrupt`` (every rank, at the same commit): the ranks shut down and
@@ -15,14 +16,16 @@ cannot shrink or grow), so the wrapper does at each start what Horovod's does af
      76; the driver leaves the host out and starts again;
    - anything else: raised as usual, and the job ends (no retry).
 
-Under plain ``mpirun`` the function runs once, as a fixed-size job (one warning).
+Under plain ``mpirun`` (or ``srun``) the function runs once, as a fixed-size job (one
+warning), from the newest durable commit when ``MXHOROVOD_ELASTIC_DURABLE_DIR`` names a
+folder that holds one (durable.py).
 """
 import functools
 import os
 import re
 import sys
 
-from mxhorovod.elastic import runtime
+from mxhorovod.elastic import durable, runtime
 from mxhorovod.elastic.state import HorovodInternalError, HostsUpdatedInterrupt
 from mxhorovod.common import basics
 from mxhorovod.common.log import get_logger
@@ -89,14 +92,19 @@ def run(func):
                 runtime.warn_once("plain", "hvd.elastic.run: not started by mxhorovodrun's "
                                   "elastic mode (--host-discovery-script); running as a "
                                   "fixed-size job of %d ranks, with no reset", basics.size())
-            state.sync(0)
-            return func(state, *args, **kwargs)
-        try:
-            root, best = runtime.load_best(state)
+            root, _, resumed = runtime.load_best(state) if durable.folder() else (0, None, False)
             state.sync(root)
-            if best is not None:
-                runtime.persist(state)  # a host new to the job gets a copy too
-            if runtime.generation() > 0:
+            if resumed:
+                state.on_reset()  # the ranks may be other ones than the commit's
+            result = func(state, *args, **kwargs)
+            durable.remove()
+            return result
+        try:
+            root, best, resumed = runtime.load_best(state)
+            state.sync(root)
+            if best is not None:  # a host new to the job gets a copy too
+                runtime.persist(state, durable_copy=False)
+            if runtime.generation() > 0 or resumed:
                 state.on_reset()
             result = func(state, *args, **kwargs)
         except HostsUpdatedInterrupt:
@@ -107,5 +115,6 @@ def run(func):
             raise
         if basics.local_rank() == 0:
             runtime.store().remove()  # done: this host's commits of the job go
+        durable.remove()
         return result
     return wrapper

@@ -7,6 +7,7 @@ import time
 from mxhorovod.collectives.objects import allgather_object
 from mxhorovod.common.basics import local_rank, rank
 from mxhorovod.common.log import get_logger
+from mxhorovod.elastic import durable
 from mxhorovod.elastic.store import CommitStore
 from mxhorovodrun.elastic_protocol import (ENV_DRIVER, ENV_ELASTIC, ENV_GENERATION,
                                            ENV_HOSTS_VERSION, ENV_SECRET, ask_hosts_version)
@@ -37,14 +38,15 @@ def warn_once(key, text, *args):
         get_logger().warning(text, *args)
 
 
-def persist(state):
+def persist(state, durable_copy=True):
     """Writes the state's last save to this host's commit store (local rank 0 only; under
-    the elastic driver only): synchronous, so a commit that returned is on every host's
-    store."""
-    if not elastic():
-        return
-    if local_rank() == 0:
+    the elastic driver only), and with ``durable_copy`` to the durable folder when one is
+    named (durable.py; collective then): synchronous, so a commit that returned is on
+    every host's store and on disk."""
+    if elastic() and local_rank() == 0:
         store().write(generation(), state._commit_counter, state._snapshot())
+    if durable_copy:
+        durable.write(state, state._bcast_object)
 
 
 def hosts_updated():
@@ -71,11 +73,27 @@ def hosts_updated():
 
 def load_best(state):
     """At the start of the training function: finds the newest commit that any rank's host
-    holds (ordered by generation, then counter), loads it on the lowest rank that has it,
-    and returns that rank (or 0, with nothing loaded, when no host holds a commit): the
-    root of the following ``state.sync``. Collective."""
+    holds (ordered by generation, then counter; under the elastic driver), else the newest
+    in the durable folder (durable.py), loads it on the lowest rank that has it, and
+    returns (that rank, its key, whether it came from the durable folder): the rank is the
+    root of the following ``state.sync``; (0, None, False), with nothing loaded, when there
+    is no commit. Collective."""
     latest = store().latest() if elastic() else None
-    keys = allgather_object(latest[:2] if latest else None, name="elastic.latest")
+    root, best = _load_newest(state, latest, lambda path: store().read(path),
+                              "elastic.latest", "generation")
+    if best is None and durable.folder() is not None:
+        # Nothing of this run on any host: a new run (a requeued job), or no driver.
+        root, best = _load_newest(state, durable.latest(), durable.read, "elastic.durable",
+                                  "durable")
+        return root, best, best is not None
+    return root, best, False
+
+
+def _load_newest(state, latest, read, name, label):
+    """Loads the newest of the ranks' ``latest`` ((generation, counter, path) or None) by
+    ``read(path)`` on the lowest rank that has it: (root, key), or (0, None) when no rank
+    has one. Collective."""
+    keys = allgather_object(latest[:2] if latest else None, name=name)
     held = [(k, r) for r, k in enumerate(keys) if k is not None]
     if not held:
         return 0, None
@@ -83,7 +101,8 @@ def load_best(state):
     root = min(r for k, r in held if k == best)
     if rank() == root:
         started = time.monotonic()
-        state._load_snapshot(store().read(latest[2]))
-        get_logger().info("hvd.elastic: loaded commit %d (generation %d) from %s in %.3f s",
-                          best[1], best[0], latest[2], time.monotonic() - started)
+        state._load_snapshot(read(latest[2]))
+        get_logger().info("hvd.elastic: loaded commit %d (%s %d.%d) from %s in %.3f s",
+                          state._commit_counter, label, best[0], best[1], latest[2],
+                          time.monotonic() - started)
     return root, best

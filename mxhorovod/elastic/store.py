@@ -81,6 +81,14 @@ def load(f):
     return Load(io.BytesIO(head)).load()
 
 
+def _fsync_dir(path):
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class CommitStore:
     """This host's commits of one job (``job_id``: the driver's, MXHOROVOD_ELASTIC_JOB_ID)
     in this user's folder ``base`` (default :func:`commit_base_dir`; a ``base`` given is
@@ -139,9 +147,10 @@ class CommitStore:
                 best = key + (path,)
         return best
 
-    def write(self, generation, counter, obj):
+    def write(self, generation, counter, obj, sync=False):
         """Writes ``obj`` as commit (generation, counter), atomically, and removes the older
-        ones. Returns its path.
+        ones. Returns its path. ``sync``: the file and the folder's entry are on disk
+        (fsync) before it returns, as a durable commit must be.
 
         Raises:
             OSError: the directory cannot be made or the file written (a full /dev/shm: set
@@ -162,7 +171,12 @@ class CommitStore:
             with os.fdopen(fd, "wb") as f:
                 os.fchmod(f.fileno(), 0o600)  # whatever the umask
                 dump(obj, f)
+                if sync:
+                    f.flush()
+                    os.fsync(f.fileno())
             os.replace(tmp, final)
+            if sync:
+                _fsync_dir(self.directory)
         except BaseException:
             try:
                 os.unlink(tmp)

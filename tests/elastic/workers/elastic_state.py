@@ -122,7 +122,7 @@ if hvd.local_rank() == 0:
     assert (g, c) == (3, counter), (g, c, counter)
 net2, trainer2 = make(seed=50 + r)
 state2 = hvd.elastic.GluonState(net2, trainer2, epoch=0, batch=0)
-root, best = runtime.load_best(state2)
+root, best, _ = runtime.load_best(state2)
 assert best == (3, counter) and root == 0, (root, best)
 state2.sync(root)
 for key, value in params(net2).items():
