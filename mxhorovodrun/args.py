@@ -7,6 +7,7 @@ import shlex
 from mxhorovodrun.guard import rank_guard_setting
 from mxhorovodrun.horovod_alias import alias_setting
 from mxhorovodrun.settings import LOG_LEVELS
+from mxhorovodrun.slurm_discovery import in_allocation
 
 __all__ = ["REFUSED", "build_parser", "parse_args"]
 
@@ -320,18 +321,27 @@ def build_parser():
 
 
 def _check_elastic(parser, args, environ):
-    """The elastic flags: only with --host-discovery-script; -np defaults to --min-np."""
+    """The elastic flags: with --host-discovery-script, or inside a Slurm allocation with
+    neither -H nor --hostfile (the allocation's nodes: slurm_discovery.py); -np defaults to
+    --min-np. Sets ``args.elastic``."""
     given = [flag for flag, dest in (("--min-np", "min_np"), ("--max-np", "max_np"),
                                      ("--slots-per-host", "slots_per_host"),
                                      ("--elastic-timeout", "elastic_timeout"),
                                      ("--reset-limit", "reset_limit"),
                                      ("--blacklist-cooldown-range", "blacklist_cooldown_range"))
              if getattr(args, dest) is not None]
-    if not args.host_discovery_script:
+    from_allocation = bool(given) and not (args.hosts or args.hostfile) and \
+        in_allocation(environ)
+    args.elastic = bool(args.host_discovery_script) or from_allocation
+    if not args.elastic:
         if given:
             parser.error("%s: elastic training needs --host-discovery-script (a script that "
-                         "prints the available hosts, one 'host:slots' a line)" % given[0])
+                         "prints the available hosts, one 'host:slots' a line), or a Slurm "
+                         "allocation (sbatch, salloc) to take the hosts from" % given[0])
         return
+    if from_allocation and args.num_proc is None and args.min_np is None:
+        parser.error("elastic training in a Slurm allocation needs --min-np (or -np): the "
+                     "fewest ranks to train on")
     if args.num_proc is None:
         args.num_proc = args.min_np
     if args.num_proc is None:

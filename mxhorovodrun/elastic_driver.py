@@ -48,6 +48,8 @@ from mxhorovodrun.elastic_protocol import (ENV_DRIVER, ENV_ELASTIC, ENV_GENERATI
                                            PEER_LOST_RE, PER_JOB_FILES, TRANSFER_TIMEOUT_RE,
                                            USER_ERROR_MARKER, answer_hosts_version, job_file)
 from mxhorovodrun.command import prepare
+from mxhorovodrun.discovery import Discovery, DiscoveryError
+from mxhorovodrun.slurm_discovery import SlurmDiscovery, in_allocation
 from mxhorovodrun.hosts import assign_ranks, hosts_text
 from mxhorovodrun.mpi import HYDRA, INTEL_MPI, LaunchError
 from mxhorovodrun.output import run_captured
@@ -59,53 +61,6 @@ log = logging.getLogger("mxhorovodrun")
 
 DEFAULT_ELASTIC_TIMEOUT = 600
 DISCOVERY_PERIOD_S = 1.0
-DISCOVERY_TIMEOUT_S = 30.0
-_HOST_LINE = re.compile(r"^([\w.-]+)(?::(\d+))?$")
-
-
-class DiscoveryError(RuntimeError):
-    """The discovery script failed or printed something that is not a host list."""
-
-
-class Discovery:
-    """Runs the host discovery script: ``[(host, slots), ...]`` in its order."""
-
-    def __init__(self, script, slots_per_host=None, timeout=DISCOVERY_TIMEOUT_S):
-        self.script = script
-        self.slots_per_host = slots_per_host or 1
-        self.timeout = timeout
-
-    def find(self):
-        """Raises DiscoveryError (the message names the script and what went wrong)."""
-        argv = [self.script] if os.path.isfile(self.script) and os.access(self.script, os.X_OK) \
-            else ["/bin/sh", "-c", self.script]
-        try:
-            proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, timeout=self.timeout)
-        except subprocess.TimeoutExpired:
-            raise DiscoveryError("host discovery script %s did not finish within %g s"
-                                 % (self.script, self.timeout)) from None
-        except OSError as e:
-            raise DiscoveryError("cannot run the host discovery script %s: %s"
-                                 % (self.script, e.strerror or e)) from None
-        if proc.returncode != 0:
-            err = proc.stderr.decode(errors="replace").strip()[-500:]
-            raise DiscoveryError("host discovery script %s failed (exit %d)%s"
-                                 % (self.script, proc.returncode, ": " + err if err else ""))
-        hosts, seen = [], set()
-        for number, line in enumerate(proc.stdout.decode(errors="replace").splitlines(), 1):
-            text = line.strip()
-            if not text:
-                continue
-            m = _HOST_LINE.match(text)
-            if not m or (m.group(2) is not None and int(m.group(2)) < 1):
-                raise DiscoveryError("host discovery script %s, line %d: %r is not 'host' or "
-                                     "'host:slots' (slots >= 1)" % (self.script, number, line))
-            if m.group(1) in seen:
-                continue
-            seen.add(m.group(1))
-            hosts.append((m.group(1), int(m.group(2)) if m.group(2) else self.slots_per_host))
-        return hosts
 
 
 class Blacklist:
@@ -339,6 +294,23 @@ class _SignalsNoted:
         return getattr(self._proc, name)
 
 
+def make_discovery(args, environ):
+    """The run's discovery: its script's (``--host-discovery-script``), else the Slurm
+    allocation's (slurm_discovery.py). Each has ``find()`` -> [(host, slots), ...] and
+    ``script`` (what errors name).
+
+    Raises:
+        DiscoveryError: no script and not inside an allocation, or the allocation's node
+            list cannot be read.
+    """
+    if args.host_discovery_script:
+        return Discovery(args.host_discovery_script, args.slots_per_host)
+    if in_allocation(environ):
+        return SlurmDiscovery(environ, args.slots_per_host)
+    raise DiscoveryError("elastic training needs --host-discovery-script, or a Slurm "
+                         "allocation to take the hosts from")
+
+
 class ElasticDriver:
     """See the module. ``args``: mxhorovodrun's parsed arguments."""
 
@@ -349,7 +321,7 @@ class ElasticDriver:
         self.popen = popen
         self.clock = clock
         self.sleep = sleep
-        self.discovery = Discovery(args.host_discovery_script, args.slots_per_host)
+        self.discovery = make_discovery(args, self.environ)
         self.blacklist = Blacklist(tuple(args.blacklist_cooldown_range)
                                    if args.blacklist_cooldown_range else None, clock)
         self.timeout = args.elastic_timeout or DEFAULT_ELASTIC_TIMEOUT
@@ -564,6 +536,6 @@ def run_elastic(args, environ=None, popen=subprocess.Popen):
     """Runs the elastic driver for mxhorovodrun's parsed ``args``; returns the exit status."""
     try:
         return ElasticDriver(args, environ, popen).run()
-    except (LaunchError, ValueError, OSError) as e:
+    except (DiscoveryError, LaunchError, ValueError, OSError) as e:
         log.error("error: %s", e)
         return 1

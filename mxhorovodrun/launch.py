@@ -94,7 +94,7 @@ def main(argv=None, execve=os.execve, popen=None):
             log.error("error: mxhorovod cannot be imported: %s", e)
             return 1
         return 0
-    if args.host_discovery_script:  # elastic training: a driver runs the jobs
+    if getattr(args, "elastic", False):  # elastic training: a driver runs the jobs
         return run_elastic(args, popen=popen or subprocess.Popen)
     capture_dir = tempfile.mkdtemp(prefix="mxhorovodrun-")  # removed unless captures_output
     # Removes capture_dir once this process, or the relay it becomes, has gone: also after
