@@ -18,6 +18,12 @@ when the rank is killed by a signal. A rank that exits leaves what it forked run
 Under hydra, ranks other than 0 get /dev/null as stdin, not hydra's pipe that never ends.
 Lines name the launcher's rank (PMI_RANK, OMPI_COMM_WORLD_RANK, PMIX_RANK, SLURM_PROCID)
 and follow HOROVOD_LOG_LEVEL and HOROVOD_LOG_HIDE_TIME. Users: docs/running.md.
+Under mxhorovodrun's elastic driver (MXHOROVOD_ELASTIC=1), the guard holds a connection to
+the driver (mxhorovodrun/elastic_protocol.py, loaded by path): it says ``bye`` before it
+ends on its own, so a host whose guards all vanish without a word was killed as a whole;
+and a SIGTERM to the guard (a preemption notice, a drain) is not forwarded but told to
+the driver as "this host is leaving": the job stops at its next commit or check and goes
+on without the host (docs/elastic.md).
 """
 import ctypes
 import os
@@ -64,6 +70,24 @@ def _notes_file():
         fd = os.dup(tempfile.TemporaryFile().fileno())
     os.set_inheritable(fd, True)
     return fd
+
+
+def _driver_link():
+    """elastic_protocol.GuardLink for this rank, or None (no elastic driver, or the
+    protocol's file not beside this package)."""
+    if os.environ.get("MXHOROVOD_ELASTIC") != "1":
+        return None
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "mxhorovodrun", "elastic_protocol.py")
+    try:
+        spec = importlib.util.spec_from_file_location("_mxhorovod_elastic_protocol", path)
+        protocol = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(protocol)
+    except (OSError, ImportError, SyntaxError):
+        return None
+    link = protocol.GuardLink(os.environ, _rank(), _host())
+    return link if link.sock is not None else None
 
 
 def _child_setup(parent):
@@ -164,11 +188,13 @@ def main(argv):
     env = dict(os.environ, MXHOROVOD_GUARD_FD="%d:%d:%d" % (notes, st.st_dev, st.st_ino))
     # Handlers first: a signal that comes while the rank starts is held, then forwarded
     # (it ended the guard, and the rank with it by PR_SET_PDEATHSIG).
-    rank = {"group": None, "held": [], "ended": False}
+    rank = {"group": None, "held": [], "ended": False, "link": None}
 
     def forward(sig, _frame):
         if rank["ended"]:
             return
+        if sig == signal.SIGTERM and rank["link"] is not None and rank["link"].send("leaving"):
+            return  # the driver stops the job at its next check (see the module)
         if rank["group"] is None:
             rank["held"].append(sig)
             return
@@ -192,6 +218,7 @@ def main(argv):
     # Popen returns after the exec, so the rank's group exists now.
     rank["group"] = child.pid
     keeper = _start_keeper(child.pid)
+    rank["link"] = _driver_link()  # after the keeper's fork: the keeper must not hold it
     for sig in rank["held"]:
         forward(sig, None)
     while True:
@@ -210,6 +237,9 @@ def main(argv):
         except OSError:
             pass
     _release_keeper(keeper)
+    if rank["link"] is not None:
+        rank["link"].send("bye", code)  # ended on its own: not a node-level kill
+        rank["link"].close()
     if code >= 0:
         state = _last_note(notes)
         if state != b"I":

@@ -46,7 +46,9 @@ from mxhorovodrun.elastic_protocol import (ENV_DRIVER, ENV_ELASTIC, ENV_GENERATI
                                            ENV_HOSTS_VERSION, ENV_JOB_ID, ENV_SECRET,
                                            EXIT_HOSTS_UPDATED, KILLED_RE, LINE_MAX_BYTES,
                                            PEER_LOST_RE, PER_JOB_FILES, TRANSFER_TIMEOUT_RE,
-                                           USER_ERROR_MARKER, answer_hosts_version, job_file)
+                                           USER_ERROR_MARKER, answer_hosts_version, job_file,
+                                           read_guard_hello, read_guard_line)
+from mxhorovodrun.elastic_guards import GuardWatch
 from mxhorovodrun.command import prepare
 from mxhorovodrun.discovery import Discovery, DiscoveryError
 from mxhorovodrun.slurm_discovery import SlurmDiscovery, in_allocation
@@ -100,15 +102,23 @@ class _HostService:
     ``max_connections`` are open (the oldest is closed to make room), so clients that stay
     silent or trickle bytes cannot delay the ranks' requests.
 
+    With ``watch`` (elastic_guards.GuardWatch), a connection whose first line is a rank
+    guard's signed hello stays open, out of the deadline and the cap (at most
+    ``max_guards``), and its lines and its end go to ``watch`` (elastic_protocol).
+
     Raises (at construction) OSError when it cannot listen.
     """
 
-    def __init__(self, address, secret, version, deadline=2.0, max_connections=64):
+    def __init__(self, address, secret, version, deadline=2.0, max_connections=64,
+                 watch=None, max_guards=65536):
         self.secret = secret
         self.version = version
         self.deadline = deadline
         self.max_connections = max_connections
+        self.watch = watch
+        self.max_guards = max_guards
         self.pending = {}  # connection -> [deadline (monotonic s), bytes read]; oldest first
+        self.guards = {}   # a guard's connection -> [its nonce, bytes read]
         self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
             try:
@@ -153,14 +163,17 @@ class _HostService:
                 if self.pending:
                     first = next(iter(self.pending.values()))[0]
                     timeout = max(0.0, first - time.monotonic())
-                for key, _ in self.selector.select(timeout):
+                ready = self.selector.select(timeout)
+                now = time.monotonic()  # one time per round (GuardWatch.on_close)
+                for key, _ in ready:
                     if key.fileobj is self._wake:
                         return
                     if key.fileobj is self.listener:
                         self._accept()
                     elif key.fileobj in self.pending:  # (not closed earlier in this round)
                         self._read(key.fileobj)
-                now = time.monotonic()
+                    elif key.fileobj in self.guards:
+                        self._read_guard(key.fileobj, now)
                 for conn, (deadline, _) in list(self.pending.items()):
                     if deadline > now:
                         break
@@ -191,6 +204,13 @@ class _HostService:
         entry[1] += data
         if data and b"\n" not in entry[1] and len(entry[1]) < LINE_MAX_BYTES:
             return
+        hello = read_guard_hello(self.secret, entry[1]) \
+            if data and self.watch is not None and len(self.guards) < self.max_guards else None
+        if hello:
+            del self.pending[conn]
+            self.guards[conn] = [hello[0], b""]
+            self.watch.on_hello(conn, hello[1], hello[2])
+            return
         answer = answer_hosts_version(self.secret, entry[1], self.version()) if data else None
         if answer:
             try:
@@ -199,13 +219,35 @@ class _HostService:
                 pass
         self._drop(conn)
 
+    def _read_guard(self, conn, now):
+        entry = self.guards[conn]
+        try:
+            data = conn.recv(4096)
+        except BlockingIOError:
+            return
+        except OSError:  # reset: the guard's process is gone
+            data = b""
+        if not data:
+            self._drop(conn)
+            self.watch.on_close(conn, now)
+            return
+        entry[1] += data
+        *lines, entry[1] = entry[1].split(b"\n")
+        for line in lines:
+            event = read_guard_line(self.secret, entry[0], line + b"\n")
+            if event:
+                self.watch.on_line(conn, *event)
+        if len(entry[1]) > LINE_MAX_BYTES:  # no line of the protocol is that long
+            self._drop(conn)
+
     def _drop(self, conn):
         self.selector.unregister(conn)
-        del self.pending[conn]
+        self.pending.pop(conn, None)
+        self.guards.pop(conn, None)
         conn.close()
 
     def _close_all(self):
-        for conn in list(self.pending):
+        for conn in list(self.pending) + list(self.guards):
             self._drop(conn)
         self.selector.close()
         for sock in (self.listener, self._wake, self._waker):
@@ -397,11 +439,28 @@ class ElasticDriver:
         """Runs one job on ``assignment`` started at host-set ``version``, with its own
         host service (listening only while the job runs); returns (exit status, events)."""
         address = driver_address(assignment, self.args.nics)
-        with _HostService(address, self.secret, lambda: self.hosts_version) as service:
-            return self._run_mpirun(assignment, generation, {
+        watch = GuardWatch(on_leaving=self._leaving)
+        with _HostService(address, self.secret, lambda: self.hosts_version,
+                          watch=watch) as service:
+            code, events = self._run_mpirun(assignment, generation, {
                 ENV_ELASTIC: "1", ENV_GENERATION: str(generation), ENV_JOB_ID: self.job_id,
                 ENV_DRIVER: "%s:%d" % (address, service.port),
                 ENV_HOSTS_VERSION: str(version), ENV_SECRET: self.secret})
+        events["guards"] = watch
+        return code, events
+
+    def _leaving(self, host, rank):
+        """A rank guard of ``host`` got SIGTERM (elastic_guards): the host leaves the host
+        set now, so the ranks stop at their next check and the next job runs without it."""
+        why = "it is leaving (rank %d's guard got SIGTERM)" % rank
+        log.warning("mxhorovodrun elastic: host %s is leaving (SIGTERM to rank %d's guard); "
+                    "the ranks stop at their next commit or check", host, rank)
+        with self.lock:
+            self.blacklist.add(host, why)
+            self.lost[host] = why
+            if self.job_assignment is not None:
+                self.hosts_version += 1  # rank 0 sees it at its next check
+                self.job_assignment = None  # one bump per job
 
     def _run_mpirun(self, assignment, generation, elastic_env):
         np = sum(n for _, n in assignment)
@@ -456,6 +515,17 @@ class ElasticDriver:
                 lost.setdefault(host, sorted(by.values())[0])
             else:
                 unknown = True
+        watch = events.get("guards")
+        if not lost and watch is not None:
+            # Every job process of a host killed at once, the host still up (no line, no
+            # peer's report, ssh answers): the guards' connections tell (elastic_guards).
+            for host, why in watch.node_lost(assignment).items():
+                lost.setdefault(host, why)
+            # A host that was leaving (SIGTERM) and was killed before its ranks stopped.
+            for host in watch.leaving:
+                if host in names:
+                    lost.setdefault(host, "it was leaving (SIGTERM) and its ranks ended "
+                                    "before the job stopped at a commit")
         if not lost or unknown:
             problems = check_hosts(assignment, Deadline(30), ssh_command=self.args.ssh_command,
                                    ssh_port=self.args.ssh_port,

@@ -23,6 +23,21 @@ text, UTF-8) by HMAC-SHA256 in lowercase hex:
 
 The driver answers a request signed with the secret and closes anything else without a
 word; the rank takes only an answer signed for its nonce (no replayed or forged answer).
+
+The rank guard's connection (mxhorovod/rank_guard.py, under the driver only): each guard
+opens one connection to the same service when its rank starts and holds it to its end,
+sending lines (no answers), each signed with the secret over the connection's nonce:
+
+- ``guard <nonce> <rank> <host> <HMAC(b"guard:<nonce>:<rank>:<host>")>``, first;
+- ``leaving <HMAC(b"leaving:<nonce>")>``: the guard got SIGTERM (a preemption notice, a
+  node drained): this host is leaving; the driver removes it from the host set, so the
+  ranks stop at their next check (exit 75) and the next job starts without it;
+- ``bye <status> <HMAC(b"bye:<nonce>:<status>")>``: the guard ends on its own (its rank
+  exited, or was killed by a signal with the guard alive). A guard killed by SIGKILL
+  says nothing: its connection just closes. When every guard of a host closed without a
+  ``bye`` before any other host's guard ended, every job process of that host was killed
+  at once (a node-level kill: cgroup OOM, node health check, preemption): that host is
+  the lost one (mxhorovodrun/elastic_guards.py decides).
 """
 import hashlib
 import hmac
@@ -36,7 +51,8 @@ __all__ = ["ENV_ELASTIC", "ENV_GENERATION", "ENV_JOB_ID", "ENV_DRIVER", "ENV_HOS
            "ENV_SECRET", "ENV_COMMIT_DIR", "EXIT_HOSTS_UPDATED", "EXIT_PEER_LOST",
            "PEER_LOST_MARKER", "USER_ERROR_MARKER", "KILLED_RE", "PEER_LOST_RE",
            "TRANSFER_TIMEOUT_RE", "PER_JOB_FILES", "LINE_MAX_BYTES", "job_file",
-           "ask_hosts_version", "answer_hosts_version"]
+           "ask_hosts_version", "answer_hosts_version", "guard_hello", "guard_line",
+           "read_guard_hello", "read_guard_line", "GuardLink"]
 
 # Set by the driver for every rank of an elastic job.
 ENV_ELASTIC = "MXHOROVOD_ELASTIC"                  # "1"
@@ -137,3 +153,91 @@ def ask_hosts_version(address, secret, timeout=5.0):
         raise ValueError("the answer %r is not a version signed with this run's secret"
                          % data[:100])
     return int(m.group(1))
+
+
+_GUARD_HELLO = re.compile(rb"guard ([0-9a-f]{32}) (\d{1,9}) ([\w.-]{1,200}) ([0-9a-f]{64})\n")
+_GUARD_LINE = re.compile(rb"(leaving|bye)(?: (-?\d{1,4}))? ([0-9a-f]{64})\n")
+
+
+def guard_hello(secret, rank, host):
+    """(nonce, line): the first line of a rank guard's connection (bytes, newline
+    included) for ``rank`` (int) on ``host`` (str), signed with ``secret``."""
+    nonce = secrets.token_hex(16).encode()
+    body = b"%s:%d:%s" % (nonce, rank, host.encode())
+    return nonce, b"guard %s %d %s %s\n" % (nonce, rank, host.encode(),
+                                             _mac(secret, b"guard:" + body))
+
+
+def guard_line(secret, nonce, event, status=None):
+    """A later line of a guard's connection: ``event`` 'leaving', or 'bye' with the guard's
+    exit ``status`` (int), signed over the connection's ``nonce`` (bytes)."""
+    if event == "bye":
+        return b"bye %d %s\n" % (status, _mac(secret, b"bye:%s:%d" % (nonce, status)))
+    return b"leaving %s\n" % _mac(secret, b"leaving:" + nonce)
+
+
+def read_guard_hello(secret, line):
+    """(nonce, rank, host) of a guard's first ``line`` (bytes) signed with ``secret``;
+    None for anything else."""
+    m = _GUARD_HELLO.fullmatch(line)
+    if not m:
+        return None
+    body = b"%s:%s:%s" % (m.group(1), m.group(2), m.group(3))
+    if not hmac.compare_digest(_mac(secret, b"guard:" + body), m.group(4)):
+        return None
+    return m.group(1), int(m.group(2)), m.group(3).decode()
+
+
+def read_guard_line(secret, nonce, line):
+    """('leaving', None) or ('bye', status) for a later ``line`` of the connection whose
+    hello had ``nonce``, signed with ``secret``; None for anything else."""
+    m = _GUARD_LINE.fullmatch(line)
+    if not m or (m.group(1) == b"bye") != (m.group(2) is not None):
+        return None
+    if m.group(1) == b"bye":
+        expect, status = _mac(secret, b"bye:%s:%s" % (nonce, m.group(2))), int(m.group(2))
+    else:
+        expect, status = _mac(secret, b"leaving:" + nonce), None
+    return (m.group(1).decode(), status) if hmac.compare_digest(expect, m.group(3)) else None
+
+
+class GuardLink:
+    """A rank guard's connection to the driver (see the module), or nothing outside the
+    elastic driver. Every call returns at once or within ``timeout`` seconds and never
+    raises: a guard that cannot reach the driver still runs its rank (the driver then
+    cannot tell a node-level kill of that host, nor hear its SIGTERM notice)."""
+
+    def __init__(self, environ, rank, host, timeout=5.0):
+        self.sock = None
+        self.nonce = None
+        address = environ.get(ENV_DRIVER, "")
+        self.secret = environ.get(ENV_SECRET, "")
+        if environ.get(ENV_ELASTIC) != "1" or not address or not self.secret or \
+                not str(rank).isdigit():
+            return
+        name, _, port = address.rpartition(":")
+        try:
+            self.sock = socket.create_connection((name, int(port)), timeout=timeout)
+            self.nonce, line = guard_hello(self.secret, int(rank), host)
+            self.sock.sendall(line)
+        except (OSError, ValueError):
+            self.close()
+
+    def send(self, event, status=None):
+        """Sends 'leaving', or 'bye' with ``status``; whether it went out."""
+        if self.sock is None:
+            return False
+        try:
+            self.sock.sendall(guard_line(self.secret, self.nonce, event, status))
+            return True
+        except OSError:
+            self.close()
+            return False
+
+    def close(self):
+        if self.sock is not None:
+            try:
+                self.sock.close()
+            except OSError:
+                pass
+            self.sock = None

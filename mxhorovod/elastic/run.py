@@ -16,6 +16,11 @@ cannot shrink or grow), so the wrapper does at each start what Horovod's does af
      76; the driver leaves the host out and starts again;
    - anything else: raised as usual, and the job ends (no retry).
 
+Under the driver, a SIGTERM to the rank (a preemption notice or a drain, sent to every
+process of the host) does not end it: the rank guard tells the driver that this host is
+leaving, and the job stops at the next ``commit()`` or ``check_host_updates()`` of every
+rank, as for any host change (exit 75). A SIGKILL after the grace time finds it gone.
+
 Under plain ``mpirun`` (or ``srun``) the function runs once, as a fixed-size job (one
 warning), from the newest durable commit when ``MXHOROVOD_ELASTIC_DURABLE_DIR`` names a
 folder that holds one (durable.py).
@@ -23,7 +28,9 @@ folder that holds one (durable.py).
 import functools
 import os
 import re
+import signal
 import sys
+import threading
 
 from mxhorovod.elastic import durable, runtime
 from mxhorovod.elastic.state import HorovodInternalError, HostsUpdatedInterrupt
@@ -74,6 +81,20 @@ def _hosts_updated():
     sys.exit(EXIT_HOSTS_UPDATED)
 
 
+def _sigterm_is_a_notice():
+    """Under the driver, from the main thread: SIGTERM (to every process of a host being
+    preempted or drained) is noted, not fatal: the guard has told the driver, which stops
+    the job at the next commit or check (see the module)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def on_sigterm(sig, frame):
+        runtime.warn_once("sigterm", "hvd.elastic: rank %d got SIGTERM: this host is leaving; "
+                          "the job stops at the next commit or check_host_updates() and goes "
+                          "on without it", basics.rank())
+    signal.signal(signal.SIGTERM, on_sigterm)
+
+
 def run(func):
     """Decorator of the training function ``func(state, *args, **kwargs)`` (``state``: an
     ``hvd.elastic.State``). Returns the function's result. See the module for what
@@ -99,6 +120,7 @@ def run(func):
             result = func(state, *args, **kwargs)
             durable.remove()
             return result
+        _sigterm_is_a_notice()
         try:
             root, best, resumed = runtime.load_best(state)
             state.sync(root)

@@ -75,26 +75,45 @@ class State:
             HostsUpdatedInterrupt: on every rank, when hosts were added or removed.
             OSError: the commit could not be written (a full commit directory).
         """
-        self.save()
-        self._commit_counter += 1
-        runtime.persist(self)
-        self.check_host_updates()
+        self._save_and_persist()
+        updated = self._hosts_updated()
+        if updated:
+            raise HostsUpdatedInterrupt(updated == "removed")
 
     def check_host_updates(self):
-        """Raises ``HostsUpdatedInterrupt`` on every rank when the driver's discovery found
-        other hosts than this job's. Rank 0 asks the driver; its answer is broadcast, so
-        every rank raises at the same commit. Outside the elastic driver: nothing (no
-        collective).
+        """Asks whether the driver's host set changed (a host added, removed, or leaving
+        after a SIGTERM notice); if so, commits (as :meth:`commit`) and raises
+        ``HostsUpdatedInterrupt`` on every rank. Cheaper than a commit when nothing
+        changed: call it after each step, where a commit could go, to stop within a step
+        of a host's SIGTERM notice. Rank 0 asks the driver; its answer is broadcast, so
+        every rank acts at the same call (collective under the driver). Outside the
+        elastic driver: nothing (no collective).
+
+        The commit is what keeps the steps since the last commit: in Horovod the same
+        processes go on after the interrupt; here the next job's processes start from the
+        newest commit.
 
         Raises:
             HostsUpdatedInterrupt: see above.
+            OSError: the commit could not be written (a full commit directory).
         """
-        if not runtime.elastic():
-            return
-        updated = runtime.hosts_updated() if self._rank() == 0 else None
-        updated = self._bcast_object(updated, root_rank=0)
+        updated = self._hosts_updated()
         if updated:
+            self._save_and_persist()
             raise HostsUpdatedInterrupt(updated == "removed")
+
+    def _save_and_persist(self):
+        self.save()
+        self._commit_counter += 1
+        runtime.persist(self)
+
+    def _hosts_updated(self):
+        """None, or what changed (rank 0 asks the driver; broadcast). Collective under
+        the elastic driver; None at once outside it."""
+        if not runtime.elastic():
+            return None
+        updated = runtime.hosts_updated() if self._rank() == 0 else None
+        return self._bcast_object(updated, root_rank=0)
 
     def save(self):
         raise NotImplementedError()

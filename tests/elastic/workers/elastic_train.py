@@ -16,7 +16,9 @@ rank 0 at step S of generation G (a bug of the script: no retry). ELASTIC_STEP_S
 seconds of sleep per step (time for the driver to see a new host). ELASTIC_PSET=1 (with
 HOROVOD_DYNAMIC_PROCESS_SETS=1): after training, every rank adds the process set {0, size-1}
 and its members allreduce 'pset_check' in it, each checking the sum against numpy; every
-rank prints 'PSET <generation> <rank> <size> ok'."""
+rank prints 'PSET <generation> <rank> <size> ok'. ELASTIC_COMMIT_EVERY: steps between
+commits (default 2). ELASTIC_CHECK=1: ``state.check_host_updates()`` after every other
+step (a commit when the hosts changed, logged as COMMIT)."""
 import os
 import signal
 import time
@@ -26,7 +28,9 @@ import numpy as np
 
 import mxhorovod as hvd
 
-EPOCHS, N, B, DIM, CLASSES, COMMIT_EVERY = 3, 96, 4, 5, 3, 2
+EPOCHS, N, B, DIM, CLASSES = 3, 96, 4, 5, 3
+COMMIT_EVERY = int(os.environ.get("ELASTIC_COMMIT_EVERY", "2"))
+CHECK = os.environ.get("ELASTIC_CHECK") == "1"
 
 hvd.init()
 gen = int(os.environ.get("MXHOROVOD_ELASTIC_GENERATION", "0"))
@@ -81,6 +85,15 @@ def commit(state):
         note("COMMIT %d %d" % (gen, state._commit_counter))
 
 
+def check(state):
+    before = state._commit_counter
+    try:
+        state.check_host_updates()
+    finally:  # a host change commits before HostsUpdatedInterrupt is raised
+        if state._commit_counter != before:
+            note("COMMIT %d %d" % (gen, state._commit_counter))
+
+
 @hvd.elastic.run
 def train(state):
     note("START %d %d %d" % (gen, hvd.size(), state._commit_counter))
@@ -119,6 +132,8 @@ def train(state):
                 subprocess.run(["ip", "link", "set", "eth0", "down"], check=True)
             if state.steps % COMMIT_EVERY == 0:
                 commit(state)
+            elif CHECK:
+                check(state)
         state.epoch += 1
         state.sampler.set_epoch(state.epoch)
         commit(state)
