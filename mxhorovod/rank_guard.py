@@ -8,7 +8,8 @@ The guard exits with the rank's exit code.
 A rank killed by a signal is named, and the guard then dies of the same signal.
 A rank that exits with MPI running in it is named, and the guard exits 1, not 0. The rank
 writes its state over byte 0 of a memfd that MXHOROVOD_GUARD_FD names: ``I`` once
-``hvd.init()`` started, ``E`` once it finalized, ``A`` before an MPI_Abort (self-reported).
+``hvd.init()`` started, ``E`` once it finalized, ``A`` before an MPI_Abort (self-reported);
+the guard writes byte 1 under the elastic driver (below).
 A command that cannot be run is named, and the guard exits 255, as mpirun does.
 The rank runs in a process group of its own; the guard forwards SIGINT, SIGTERM, SIGHUP,
 SIGQUIT, SIGUSR1 and SIGUSR2 to it, so hydra's signals reach the rank once.
@@ -21,9 +22,11 @@ and follow HOROVOD_LOG_LEVEL and HOROVOD_LOG_HIDE_TIME. Users: docs/running.md.
 Under mxhorovodrun's elastic driver (MXHOROVOD_ELASTIC=1), the guard holds a connection to
 the driver (mxhorovodrun/elastic_protocol.py, loaded by path): it says ``bye`` before it
 ends on its own, so a host whose guards all vanish without a word was killed as a whole;
-and a SIGTERM to the guard (a preemption notice, a drain) is not forwarded but told to
-the driver as "this host is leaving": the job stops at its next commit or check and goes
-on without the host (docs/elastic.md).
+and a SIGTERM to the guard (a preemption notice, a drain) is told to the driver as "this
+host is leaving": when the driver takes it, the guard writes ``L`` over byte 1 of the notes
+file and keeps the signal from the rank (the job stops at its next commit or check and goes
+on without the host: docs/elastic.md); when the run itself is being stopped, ``S``, and
+the signal goes on to the rank as usual.
 """
 import ctypes
 import os
@@ -193,8 +196,17 @@ def main(argv):
     def forward(sig, _frame):
         if rank["ended"]:
             return
-        if sig == signal.SIGTERM and rank["link"] is not None and rank["link"].send("leaving"):
-            return  # the driver stops the job at its next check (see the module)
+        if sig == signal.SIGTERM and rank["link"] is not None:
+            # Byte 1 of the notes file tells the rank's handler (hvd.elastic.run) whether
+            # its own SIGTERM is a notice: 'L' (the driver took it), or 'S' (the run is
+            # being stopped, or no driver: it dies of it).
+            taken = rank["link"].leaving()
+            try:
+                os.pwrite(notes, b"L" if taken else b"S", 1)
+            except OSError:
+                pass
+            if taken:
+                return  # the driver stops the job at its next check (see the module)
         if rank["group"] is None:
             rank["held"].append(sig)
             return

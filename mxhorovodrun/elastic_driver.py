@@ -47,7 +47,8 @@ from mxhorovodrun.elastic_protocol import (ENV_DRIVER, ENV_ELASTIC, ENV_GENERATI
                                            EXIT_HOSTS_UPDATED, KILLED_RE, LINE_MAX_BYTES,
                                            PEER_LOST_RE, PER_JOB_FILES, TRANSFER_TIMEOUT_RE,
                                            USER_ERROR_MARKER, answer_hosts_version, job_file,
-                                           read_guard_hello, read_guard_line)
+                                           guard_answer, read_guard_hello,
+                                           read_guard_line)
 from mxhorovodrun.elastic_guards import GuardWatch
 from mxhorovodrun.command import prepare
 from mxhorovodrun.discovery import Discovery, DiscoveryError
@@ -235,8 +236,12 @@ class _HostService:
         *lines, entry[1] = entry[1].split(b"\n")
         for line in lines:
             event = read_guard_line(self.secret, entry[0], line + b"\n")
-            if event:
-                self.watch.on_line(conn, *event)
+            word = self.watch.on_line(conn, *event) if event else None
+            if word:
+                try:
+                    conn.send(guard_answer(self.secret, entry[0], word))  # (a few bytes)
+                except OSError:
+                    pass
         if len(entry[1]) > LINE_MAX_BYTES:  # no line of the protocol is that long
             self._drop(conn)
 
@@ -322,14 +327,18 @@ class _Scanner:
 
 class _SignalsNoted:
     """mpirun's Popen, noting the signals the output relay forwards to it (the user's
-    Ctrl-C or a SIGTERM of the launcher: the run ends, no reset)."""
+    Ctrl-C or a SIGTERM of the launcher: the run ends, no reset), and telling ``watch``
+    first: hydra hands them on to the guards, whose SIGTERM is then no host's notice."""
 
-    def __init__(self, proc, noted):
+    def __init__(self, proc, noted, watch=None):
         self._proc = proc
         self._noted = noted
+        self._watch = watch
 
     def send_signal(self, signum):
         self._noted.append(signum)
+        if self._watch is not None:
+            self._watch.stopping = True
         self._proc.send_signal(signum)
 
     def __getattr__(self, name):
@@ -442,7 +451,7 @@ class ElasticDriver:
         watch = GuardWatch(on_leaving=self._leaving)
         with _HostService(address, self.secret, lambda: self.hosts_version,
                           watch=watch) as service:
-            code, events = self._run_mpirun(assignment, generation, {
+            code, events = self._run_mpirun(assignment, generation, watch, {
                 ENV_ELASTIC: "1", ENV_GENERATION: str(generation), ENV_JOB_ID: self.job_id,
                 ENV_DRIVER: "%s:%d" % (address, service.port),
                 ENV_HOSTS_VERSION: str(version), ENV_SECRET: self.secret})
@@ -462,7 +471,7 @@ class ElasticDriver:
                 self.hosts_version += 1  # rank 0 sees it at its next check
                 self.job_assignment = None  # one bump per job
 
-    def _run_mpirun(self, assignment, generation, elastic_env):
+    def _run_mpirun(self, assignment, generation, watch, elastic_env):
         np = sum(n for _, n in assignment)
         args = copy.copy(self.args)
         args.hosts, args.hostfile, args.num_proc = hosts_text(assignment), None, np
@@ -486,7 +495,7 @@ class ElasticDriver:
         console = (_Scanner(sys.stdout.buffer, events), _Scanner(sys.stderr.buffer, events))
 
         def popen(*a, **kw):
-            return _SignalsNoted(self.popen(*a, **kw), events["signals"])
+            return _SignalsNoted(self.popen(*a, **kw), events["signals"], watch)
         code = run_captured(argv, env, np, capture_dir, output_filename=args.output_filename,
                             timestamps=args.prefix_output_with_timestamp, console=console,
                             popen=popen)

@@ -26,6 +26,7 @@ class GuardWatch:
     def __init__(self, on_leaving=None, clock=time.monotonic):
         self.on_leaving = on_leaving
         self.clock = clock
+        self.stopping = False  # the run is being stopped: a guard's SIGTERM is not a notice
         self.lock = threading.Lock()
         self.guards = {}      # id -> {"rank", "host", "bye": status or None, "closed": s}
         self.leaving = {}     # host -> rank whose guard said so first
@@ -35,17 +36,22 @@ class GuardWatch:
             self.guards[key] = {"rank": rank, "host": host, "bye": None, "closed": None}
 
     def on_line(self, key, event, status):
+        """A guard's line; returns the answer's word for a 'leaving' line ('ok': taken as
+        the host's notice; 'stop': the run is being stopped), else None."""
         with self.lock:
             guard = self.guards.get(key)
             if guard is None:
-                return
+                return None
             if event == "bye":
                 guard["bye"] = status
-                return
+                return None
+            if self.stopping:
+                return "stop"
             first = guard["host"] not in self.leaving
             self.leaving.setdefault(guard["host"], guard["rank"])
         if first and self.on_leaving is not None:
             self.on_leaving(guard["host"], guard["rank"])
+        return "ok"
 
     def on_close(self, key, when=None):
         """The connection ``key`` ended (read to its end) at ``when`` (monotonic s; default

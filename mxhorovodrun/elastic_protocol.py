@@ -30,8 +30,11 @@ sending lines (no answers), each signed with the secret over the connection's no
 
 - ``guard <nonce> <rank> <host> <HMAC(b"guard:<nonce>:<rank>:<host>")>``, first;
 - ``leaving <HMAC(b"leaving:<nonce>")>``: the guard got SIGTERM (a preemption notice, a
-  node drained): this host is leaving; the driver removes it from the host set, so the
-  ranks stop at their next check (exit 75) and the next job starts without it;
+  node drained): this host is leaving. The driver answers ``ok <HMAC(b"ok:<nonce>")>``
+  and removes the host from the host set, so the ranks stop at their next check (exit
+  75) and the next job starts without it; or, when the run itself is being stopped (the
+  launcher got SIGINT or SIGTERM, which hydra hands on to the guards),
+  ``stop <HMAC(b"stop:<nonce>")>``: the guard then hands the SIGTERM on to its rank;
 - ``bye <status> <HMAC(b"bye:<nonce>:<status>")>``: the guard ends on its own (its rank
   exited, or was killed by a signal with the guard alive). A guard killed by SIGKILL
   says nothing: its connection just closes. When every guard of a host closed without a
@@ -52,7 +55,7 @@ __all__ = ["ENV_ELASTIC", "ENV_GENERATION", "ENV_JOB_ID", "ENV_DRIVER", "ENV_HOS
            "PEER_LOST_MARKER", "USER_ERROR_MARKER", "KILLED_RE", "PEER_LOST_RE",
            "TRANSFER_TIMEOUT_RE", "PER_JOB_FILES", "LINE_MAX_BYTES", "job_file",
            "ask_hosts_version", "answer_hosts_version", "guard_hello", "guard_line",
-           "read_guard_hello", "read_guard_line", "GuardLink"]
+           "read_guard_hello", "read_guard_line", "guard_answer", "GuardLink"]
 
 # Set by the driver for every rank of an elastic job.
 ENV_ELASTIC = "MXHOROVOD_ELASTIC"                  # "1"
@@ -201,6 +204,11 @@ def read_guard_line(secret, nonce, line):
     return (m.group(1).decode(), status) if hmac.compare_digest(expect, m.group(3)) else None
 
 
+def guard_answer(secret, nonce, word):
+    """The driver's answer to a ``leaving`` line: ``word`` 'ok' or 'stop' (bytes line)."""
+    return b"%s %s\n" % (word.encode(), _mac(secret, b"%s:%s" % (word.encode(), nonce)))
+
+
 class GuardLink:
     """A rank guard's connection to the driver (see the module), or nothing outside the
     elastic driver. Every call returns at once or within ``timeout`` seconds and never
@@ -224,7 +232,7 @@ class GuardLink:
             self.close()
 
     def send(self, event, status=None):
-        """Sends 'leaving', or 'bye' with ``status``; whether it went out."""
+        """Sends 'bye' with ``status``; whether it went out."""
         if self.sock is None:
             return False
         try:
@@ -233,6 +241,28 @@ class GuardLink:
         except OSError:
             self.close()
             return False
+
+    def leaving(self, timeout=2.0):
+        """Tells the driver this host is leaving; True when the driver took it ('ok'),
+        False when it answered 'stop', gave no valid answer within ``timeout`` seconds, or
+        cannot be reached (the guard then hands the SIGTERM on to its rank)."""
+        if not self.send("leaving"):
+            return False
+        end = time.monotonic() + timeout
+        data = b""
+        try:
+            while not data.endswith(b"\n") and len(data) < LINE_MAX_BYTES:
+                left = end - time.monotonic()
+                if left <= 0:
+                    return False
+                self.sock.settimeout(left)
+                chunk = self.sock.recv(LINE_MAX_BYTES - len(data))
+                if not chunk:
+                    return False
+                data += chunk
+        except OSError:
+            return False
+        return hmac.compare_digest(data, guard_answer(self.secret, self.nonce, "ok"))
 
     def close(self):
         if self.sock is not None:

@@ -52,6 +52,23 @@ def note_to_guard(note):
 _guard = {"pid": None}
 
 
+def guard_word():
+    """Byte 1 of the rank guard's notes file (written by the guard under the elastic
+    driver: b'L' a SIGTERM was taken as this host's notice, b'S' it was not), b'' when
+    unwritten or no guard started this process."""
+    fields = os.environ.get("MXHOROVOD_GUARD_FD", "").split(":")
+    if len(fields) != 3 or not all(f.isdigit() for f in fields):
+        return b""
+    fd, dev, ino = map(int, fields)
+    try:
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != (dev, ino):
+            return b""
+        return os.pread(fd, 1, 1)
+    except OSError:
+        return b""
+
+
 def _excepthook(exc_type, exc, tb):
     previous = _state["previous"] or sys.__excepthook__
     if os.getpid() != _state["pid"]:

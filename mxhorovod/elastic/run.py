@@ -31,10 +31,11 @@ import re
 import signal
 import sys
 import threading
+import time
 
 from mxhorovod.elastic import durable, runtime
 from mxhorovod.elastic.state import HorovodInternalError, HostsUpdatedInterrupt
-from mxhorovod.common import basics
+from mxhorovod.common import basics, failures
 from mxhorovod.common.log import get_logger
 from mxhorovodrun.elastic_protocol import (EXIT_HOSTS_UPDATED, EXIT_PEER_LOST,
                                                 PEER_LOST_MARKER)
@@ -81,14 +82,26 @@ def _hosts_updated():
     sys.exit(EXIT_HOSTS_UPDATED)
 
 
-def _sigterm_is_a_notice():
-    """Under the driver, from the main thread: SIGTERM (to every process of a host being
-    preempted or drained) is noted, not fatal: the guard has told the driver, which stops
-    the job at the next commit or check (see the module)."""
+def _sigterm_is_a_notice(wait=3.0):
+    """Under the driver, from the main thread: a SIGTERM that the rank guard took as this
+    host's notice (to every process of a host being preempted or drained) is noted, not
+    fatal: the guard told the driver, which stops the job at the next commit or check (see
+    the module). The guard's word comes within ``wait`` seconds (it asks the driver);
+    without it (the run is being stopped, no guard, no driver), the rank dies of the
+    SIGTERM as before."""
     if threading.current_thread() is not threading.main_thread():
         return
 
     def on_sigterm(sig, frame):
+        end = time.monotonic() + (wait if os.environ.get("MXHOROVOD_GUARD_FD") else 0)
+        word = failures.guard_word()
+        while word not in (b"L", b"S") and time.monotonic() < end:
+            time.sleep(0.01)  # the guard got the same SIGTERM and is asking the driver
+            word = failures.guard_word()
+        if word != b"L":
+            signal.signal(sig, signal.SIG_DFL)
+            os.kill(os.getpid(), sig)
+            return
         runtime.warn_once("sigterm", "hvd.elastic: rank %d got SIGTERM: this host is leaving; "
                           "the job stops at the next commit or check_host_updates() and goes "
                           "on without it", basics.rank())
