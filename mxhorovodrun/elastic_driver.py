@@ -205,12 +205,14 @@ class _HostService:
         entry[1] += data
         if data and b"\n" not in entry[1] and len(entry[1]) < LINE_MAX_BYTES:
             return
-        hello = read_guard_hello(self.secret, entry[1]) \
+        first, newline, rest = entry[1].partition(b"\n")
+        hello = read_guard_hello(self.secret, first + newline) \
             if data and self.watch is not None and len(self.guards) < self.max_guards else None
         if hello:
             del self.pending[conn]
-            self.guards[conn] = [hello[0], b""]
+            self.guards[conn] = [hello[0], rest]  # (its next lines may have come with it)
             self.watch.on_hello(conn, hello[1], hello[2])
+            self._guard_lines(conn)
             return
         answer = answer_hosts_version(self.secret, entry[1], self.version()) if data else None
         if answer:
@@ -233,6 +235,10 @@ class _HostService:
             self.watch.on_close(conn, now)
             return
         entry[1] += data
+        self._guard_lines(conn)
+
+    def _guard_lines(self, conn):
+        entry = self.guards[conn]
         *lines, entry[1] = entry[1].split(b"\n")
         for line in lines:
             event = read_guard_line(self.secret, entry[0], line + b"\n")

@@ -12,7 +12,8 @@ of generation G (with ELASTIC_KILL_HOST=1: every rank of host number R, the cros
 SIGKILL itself; ELASTIC_LINK_DOWN=G:H:S: the first rank of host number H takes its eth0
 down (a network-namespace host) after its step S of job G
 after its step S of that job, between two commits. ELASTIC_FAIL=G:S raises a ValueError on
-rank 0 at step S of generation G (a bug of the script: no retry). ELASTIC_STEP_SLEEP:
+rank 0 (with ELASTIC_FAIL_ALL=1: on every rank) at step S of generation G (a bug of the
+script: no retry). ELASTIC_STEP_SLEEP:
 seconds of sleep per step (time for the driver to see a new host). ELASTIC_PSET=1 (with
 HOROVOD_DYNAMIC_PROCESS_SETS=1): after training, every rank adds the process set {0, size-1}
 and its members allreduce 'pset_check' in it, each checking the sum against numpy; every
@@ -115,7 +116,8 @@ def train(state):
             done_here += 1
             if pause:
                 time.sleep(pause)
-            if gen == fail[0] and done_here == fail[1] and hvd.rank() == 0:
+            if gen == fail[0] and done_here == fail[1] and \
+                    (hvd.rank() == 0 or os.environ.get("ELASTIC_FAIL_ALL") == "1"):
                 raise ValueError("a bug of the script")
             if gen == kill[0] and done_here == kill[2]:
                 net.weight.data().wait_to_read()
