@@ -1,7 +1,8 @@
 """Cost of elastic training: ``state.commit()`` for ResNet-50's state against a training
-step, and the time from a host's death to training again.
+step, the time from a host's death to training again, and from a host's SIGTERM notice to
+training again without it.
 
-    python benchmarks/elastic.py [--batch 16] [--reps 5] [--recovery]
+    python benchmarks/elastic.py [--batch 16] [--reps 5] [--recovery] [--sigterm]
 
 commit rows (one process, ``MXHOROVOD_ELASTIC=1``, commits written to
 MXHOROVOD_ELASTIC_COMMIT_DIR or /dev/shm): ``resnet50_v1()`` (25.6 M float32 parameters)
@@ -17,10 +18,19 @@ machine (devtools/mxhorovod_devtools/elastic_hosts.py; root) under mxhorovodrun'
 elastic/workers/elastic_train.py whose host hb is SIGKILLed; from the kill to the first step
 of the next job, from the log's timestamps (mpirun's end, the new job's start: MXNet's
 import and hvd.init() on the ranks, the commit's load and sync).
+
+--sigterm: a spot notice or a drain, on two network-namespace hosts of one rank each
+(devtools/mxhorovod_devtools/netns_hosts.py; root): every process of h2 gets SIGTERM after
+job 0's 5th step, then SIGKILL after --grace seconds; the ranks call
+``state.check_host_updates()`` after each step and commit only at each epoch's end. From
+the SIGTERM to job 0's commit (the step boundary where the ranks stop), to the next job's
+training function and to its first step, and whether anything of h2 was still running when
+the grace time ended.
 """
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -99,7 +109,7 @@ def recovery_rows():
         proc = subprocess.run([sys.executable, "-m", "mxhorovodrun", "-np", "2", "--min-np", "1",
                                "--host-discovery-script", h.discovery, "--ssh-command",
                                h.standin, sys.executable,
-                               os.path.join(ROOT, "tests", "workers", "elastic_train.py")],
+                               os.path.join(ROOT, "tests", "elastic", "workers", "elastic_train.py")],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True, timeout=300, cwd=ROOT)
         if proc.returncode != 0:
@@ -119,18 +129,87 @@ def recovery_rows():
         h.close()
 
 
+def sigterm_rows(grace):
+    from mxhorovod_devtools.elastic_hosts import LocalHosts, unavailable
+    from mxhorovod_devtools.netns_hosts import NetnsHosts, NetnsUnavailable
+    why = unavailable()
+    if why:
+        print("sigterm: skipped (%s)" % why)
+        return None
+    try:
+        netns = NetnsHosts(2).__enter__()
+    except NetnsUnavailable as e:
+        print("sigterm: skipped (no network namespaces: %s)" % e)
+        return None
+    h = LocalHosts(inner_standin=netns.standin)
+    try:
+        h.set_hosts("h1:1\nh2:1\n")
+        log = os.path.join(h.root, "log")
+        env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", ELASTIC_LOG=log,
+                   ELASTIC_TIMES="1", ELASTIC_STEP_SLEEP="0.3", ELASTIC_CHECK="1",
+                   ELASTIC_COMMIT_EVERY="100", **h.env())
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mxhorovodrun", "-np", "2", "--min-np", "1",
+             "--host-discovery-script", h.discovery, "--ssh-command", h.standin,
+             "--network-interfaces", netns.bridge, "-x", "UCX_TLS=tcp,self",
+             "-x", "UCX_NET_DEVICES=eth0", sys.executable,
+             os.path.join(ROOT, "tests", "elastic", "workers", "elastic_train.py")],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+            start_new_session=True)
+        end = time.monotonic() + 120
+        while time.monotonic() < end and not (
+                os.path.exists(log) and open(log).read().count("STEP 0 ") >= 5):
+            time.sleep(0.05)
+        notice = time.time()
+        for pid in netns.pids()["h2"]:
+            os.kill(pid, signal.SIGTERM)
+        while time.time() < notice + grace and "START 1 " not in open(log).read():
+            time.sleep(0.05)
+        left = netns.pids()["h2"]
+        for pid in left:
+            os.kill(pid, signal.SIGKILL)
+        out, _ = proc.communicate(timeout=300)
+        if proc.returncode != 0:
+            print(out[-3000:])
+            return None
+        lines = [line.split() for line in open(log)]
+        stamps = [w for w in lines if w[0] == "TIME"]
+        commit = [k for k, w in enumerate(lines) if w[:2] == ["COMMIT", "0"]][-1]
+        last_step = max(float(w[3]) for w in lines[:commit] if w[:3] == ["TIME", "step", "0"])
+        started = [float(w[3]) for w in stamps if w[1] == "start" and w[2] == "1"][0]
+        first = [float(w[3]) for w in stamps if w[1] == "step" and w[2] == "1"][0]
+        row = {"grace_s": grace, "sigterm_to_last_step_s": last_step - notice,
+               "sigterm_to_start_s": started - notice,
+               "sigterm_to_first_step_s": first - notice,
+               "processes_left_at_grace_end": len(left)}
+        print("sigterm (2 netns hosts x 1 rank, h2 SIGTERMed, SIGKILL after %g s): the "
+              "ranks' last step of job 0 %+.1f s, new job's training function %.1f s, its "
+              "first step %.1f s; processes of h2 left at the grace end: %d"
+              % (grace, row["sigterm_to_last_step_s"], row["sigterm_to_start_s"],
+                 row["sigterm_to_first_step_s"], len(left)))
+        return row
+    finally:
+        h.close()
+        netns.close()
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--recovery", action="store_true")
     p.add_argument("--no-commit", action="store_true")
+    p.add_argument("--sigterm", action="store_true")
+    p.add_argument("--grace", type=float, default=30.0,
+                   help="--sigterm: seconds from the SIGTERM to the SIGKILL")
     a = p.parse_args()
     out = {"benchmark": "elastic", "machine": os.uname().nodename}
     if not a.no_commit:
         out["commit"] = commit_rows(a.batch, a.reps)
     if a.recovery:
         out["recovery"] = recovery_rows()
+    if a.sigterm:
+        out["sigterm"] = sigterm_rows(a.grace)
     print(json.dumps(out))
 
 
