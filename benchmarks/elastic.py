@@ -23,9 +23,10 @@ import and hvd.init() on the ranks, the commit's load and sync).
 (devtools/mxhorovod_devtools/netns_hosts.py; root): every process of h2 gets SIGTERM after
 job 0's 5th step, then SIGKILL after --grace seconds; the ranks call
 ``state.check_host_updates()`` after each step and commit only at each epoch's end. From
-the SIGTERM to job 0's commit (the step boundary where the ranks stop), to the next job's
-training function and to its first step, and whether anything of h2 was still running when
-the grace time ended.
+the SIGTERM to the next job's training function and to its first step, the steps job 0
+did after the SIGTERM (its last commit is at the step boundary where the ranks stopped),
+and whether anything of h2 was still running when the grace time ended. --grace 0: a
+node-level kill instead (SIGKILL only, no notice; the steps since the last commit are lost).
 """
 import argparse
 import json
@@ -162,7 +163,7 @@ def sigterm_rows(grace):
             time.sleep(0.05)
         notice = time.time()
         for pid in netns.pids()["h2"]:
-            os.kill(pid, signal.SIGTERM)
+            os.kill(pid, signal.SIGTERM if grace else signal.SIGKILL)
         while time.time() < notice + grace and "START 1 " not in open(log).read():
             time.sleep(0.05)
         left = netns.pids()["h2"]
@@ -174,19 +175,23 @@ def sigterm_rows(grace):
             return None
         lines = [line.split() for line in open(log)]
         stamps = [w for w in lines if w[0] == "TIME"]
-        commit = [k for k, w in enumerate(lines) if w[:2] == ["COMMIT", "0"]][-1]
-        last_step = max(float(w[3]) for w in lines[:commit] if w[:3] == ["TIME", "step", "0"])
+        after = [w for w in stamps if w[1:3] == ["step", "0"] and float(w[3]) > notice]
+        job0 = [w[0] for w in lines if w[:2] in (["STEP", "0"], ["COMMIT", "0"])]
+        lost = len(job0) - 1 - max(k for k, w in enumerate(job0) if w == "COMMIT") \
+            if "COMMIT" in job0 else job0.count("STEP")
         started = [float(w[3]) for w in stamps if w[1] == "start" and w[2] == "1"][0]
         first = [float(w[3]) for w in stamps if w[1] == "step" and w[2] == "1"][0]
-        row = {"grace_s": grace, "sigterm_to_last_step_s": last_step - notice,
-               "sigterm_to_start_s": started - notice,
-               "sigterm_to_first_step_s": first - notice,
+        row = {"grace_s": grace, "steps_after_signal": len(after), "steps_redone": lost,
+               "signal_to_start_s": started - notice,
+               "signal_to_first_step_s": first - notice,
                "processes_left_at_grace_end": len(left)}
-        print("sigterm (2 netns hosts x 1 rank, h2 SIGTERMed, SIGKILL after %g s): the "
-              "ranks' last step of job 0 %+.1f s, new job's training function %.1f s, its "
-              "first step %.1f s; processes of h2 left at the grace end: %d"
-              % (grace, row["sigterm_to_last_step_s"], row["sigterm_to_start_s"],
-                 row["sigterm_to_first_step_s"], len(left)))
+        print("%s (2 netns hosts x 1 rank): %s -> new job's training function %.1f s, its "
+              "first step %.1f s; job 0's steps after it: %d, done again: %d%s" % (
+                  "sigterm" if grace else "node kill",
+                  "h2 SIGTERMed, SIGKILL after %g s" % grace if grace else "h2 SIGKILLed",
+                  row["signal_to_start_s"], row["signal_to_first_step_s"], len(after),
+                  lost, "; processes of h2 left at the grace end: %d" % len(left)
+                  if grace else ""))
         return row
     finally:
         h.close()
