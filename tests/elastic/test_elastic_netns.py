@@ -8,24 +8,9 @@ import signal
 import subprocess
 import sys
 
-import pytest
-
-from mxhorovod_devtools.elastic_hosts import LocalHosts, unavailable
+from mxhorovod_devtools.elastic_hosts import LocalHosts
 from mxhorovod_devtools.mpirun import REPO, worker_env, worker_path
-from mxhorovod_devtools.netns_hosts import NetnsHosts, NetnsUnavailable
 from test_elastic_driver import check_training
-
-
-@pytest.fixture(scope="module")
-def netns():
-    why = unavailable()
-    if why:
-        pytest.skip(why)
-    try:
-        with NetnsHosts(2) as hosts:
-            yield hosts
-    except NetnsUnavailable as e:
-        pytest.skip("no network namespaces: %s" % e)
 
 
 def _run_driver(netns, local, env_extra, flags=()):

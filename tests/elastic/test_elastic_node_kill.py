@@ -13,7 +13,6 @@ import time
 from mxhorovod_devtools.elastic_hosts import LocalHosts
 from mxhorovod_devtools.mpirun import REPO, worker_env, worker_path
 from test_elastic_driver import check_training, history, read_log
-from test_elastic_netns import netns  # noqa: F401 - the module's fixture
 
 TIMEOUT_S = 150
 
