@@ -135,3 +135,23 @@ def test_a_script_error_on_every_rank_is_not_retried(netns):
         assert out.count("elastic: job ") == 1 and "left out" not in out, out[-4000:]
     finally:
         local.close()
+
+
+def test_a_sigterm_to_the_launcher_still_ends_the_run(netns):
+    # Hydra hands the launcher's SIGTERM on to every rank guard: the driver answers them
+    # that the run is being stopped (no host's notice), and the ranks die of it at once.
+    local = LocalHosts(inner_standin=netns.standin)
+    deadline = time.monotonic() + TIMEOUT_S
+    try:
+        local.set_hosts("h1:2\nh2:2\n")
+        proc = start(netns, local, ELASTIC_STEP_SLEEP="0.3", ELASTIC_COMMIT_EVERY="100")
+        wait_for(local, (3, "STEP 0"), deadline, proc)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code, out = finish(proc, min(deadline, sent + 30))
+        assert code != 0, out[-4000:]
+        assert time.monotonic() - sent < 10, out[-4000:]
+        assert "the job was interrupted (signal 15); no reset" in out, out[-4000:]
+        assert out.count("elastic: job ") == 1 and "is leaving" not in out, out[-4000:]
+    finally:
+        local.close()
