@@ -16,9 +16,14 @@ The driver:
 - answers rank 0 at each ``state.commit()`` whether the host set changed (a TCP service on
   this host while a job runs, answering only requests signed with the run's secret:
   elastic_protocol); if so every rank stops there (exit 75) and the next job starts;
-- after a rank was killed or lost a peer, or its host stopped answering ssh, leaves that
-  host out (for good, or for --blacklist-cooldown-range) and starts the next job, at most
-  --reset-limit times; a failure of the script itself ends the run with that job's status;
+- holds a connection from each rank guard (elastic_guards): a host's guards that all
+  vanish without a word, before any other host's, mean every job process of that host
+  was killed at once (a node-level kill); a guard's SIGTERM means its host is leaving
+  (a preemption notice): the host leaves the host set, as above, and the job stops at
+  the ranks' next commit or check;
+- after a rank was killed or lost a peer, every process of its host was killed, or its
+  host stopped answering ssh, leaves that host out (for good, or for
+  --blacklist-cooldown-range) and starts the next job, at most --reset-limit times; a failure of the script itself ends the run with that job's status;
 - gives each job after the first its own HOROVOD_TIMELINE and HOROVOD_AUTOTUNE_LOG file
   (``/tmp/t.json``, then ``/tmp/t.1.json``, ...: elastic_protocol.job_file).
 

@@ -72,7 +72,8 @@ class State:
         at the same point (it is collective under the driver).
 
         Raises:
-            HostsUpdatedInterrupt: on every rank, when hosts were added or removed.
+            HostsUpdatedInterrupt: on every rank, when hosts were added or removed (or
+                one is leaving after a SIGTERM notice).
             OSError: the commit could not be written (a full commit directory).
         """
         self._save_and_persist()
