@@ -23,7 +23,8 @@ The driver:
   the ranks' next commit or check;
 - after a rank was killed or lost a peer, every process of its host was killed, or its
   host stopped answering ssh, leaves that host out (for good, or for
-  --blacklist-cooldown-range) and starts the next job, at most --reset-limit times; a failure of the script itself ends the run with that job's status;
+  --blacklist-cooldown-range) and starts the next job, at most --reset-limit times; a
+  failure of the script itself ends the run with that job's status;
 - gives each job after the first its own HOROVOD_TIMELINE and HOROVOD_AUTOTUNE_LOG file
   (``/tmp/t.json``, then ``/tmp/t.1.json``, ...: elastic_protocol.job_file).
 
