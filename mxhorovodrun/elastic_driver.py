@@ -39,6 +39,7 @@ import re
 import secrets
 import selectors
 import shlex
+import signal
 import socket
 import struct
 import subprocess
@@ -612,6 +613,12 @@ class ElasticDriver:
                 if code == EXIT_HOSTS_UPDATED and not lost:
                     log.warning("mxhorovodrun elastic: the hosts changed; job %d ended at a "
                                 "commit after %.1f s", generation, self.clock() - started)
+                    if set(events["guards"].leaving) >= {h for h, _ in assignment}:
+                        # The job as a whole got SIGTERM (a preemption or the end of a
+                        # batch job's time): no host is left to go on with.
+                        log.error("error: every host of the job is leaving (SIGTERM); the "
+                                  "run ends at its last commit")
+                        return 128 + signal.SIGTERM
                 resets += 1
                 if self.args.reset_limit is not None and resets > self.args.reset_limit:
                     log.error("error: --reset-limit %d reached; the job ends",

@@ -155,3 +155,32 @@ def test_a_sigterm_to_the_launcher_still_ends_the_run(netns):
         assert out.count("elastic: job ") == 1 and "is leaving" not in out, out[-4000:]
     finally:
         local.close()
+
+
+def test_every_host_leaving_ends_the_run_at_its_commit(netns):
+    # SIGTERM to every host (the job as a whole preempted, a batch job's time up): the
+    # ranks commit and stop at the next step; the run ends (128 + SIGTERM) without
+    # waiting --elastic-timeout for hosts that will not come.
+    local = LocalHosts(inner_standin=netns.standin)
+    deadline = time.monotonic() + TIMEOUT_S
+    try:
+        local.set_hosts("h1:2\nh2:2\n")
+        proc = start(netns, local, ELASTIC_STEP_SLEEP="0.3", ELASTIC_CHECK="1",
+                     ELASTIC_COMMIT_EVERY="100")
+        wait_for(local, (5, "STEP 0"), deadline, proc)
+        sent = time.monotonic()
+        for host in ("h1", "h2"):
+            signal_host(netns, host, signal.SIGTERM)
+        code, out = finish(proc, min(deadline, sent + 60))
+        assert code == 128 + signal.SIGTERM, out[-4000:]
+        assert "every host of the job is leaving (SIGTERM); the run ends at its last " \
+            "commit" in out, out[-4000:]
+        assert time.monotonic() - sent < 20, out[-4000:]
+        jobs, _ = history(read_log(local))
+        assert len(jobs) == 1 and jobs[0]["events"][-1][0] == "commit", jobs
+        # Each host keeps that commit (for a resumed run: docs/elastic.md).
+        last = "commit-0-%d" % jobs[0]["commits"][-1]
+        for host in ("h1", "h2"):
+            assert [os.path.basename(p) for p in local.host_commits(host)] == [last]
+    finally:
+        local.close()
