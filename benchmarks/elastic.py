@@ -3,6 +3,7 @@ step, the time from a host's death to training again, and from a host's SIGTERM 
 training again without it.
 
     python benchmarks/elastic.py [--batch 16] [--reps 5] [--recovery] [--sigterm]
+                                 [--grace S] [--check]
 
 commit rows (one process, ``MXHOROVOD_ELASTIC=1``, commits written to
 MXHOROVOD_ELASTIC_COMMIT_DIR or /dev/shm): ``resnet50_v1()`` (25.6 M float32 parameters)
@@ -27,6 +28,9 @@ the SIGTERM to the next job's training function and to its first step, the steps
 did after the SIGTERM (its last commit is at the step boundary where the ranks stopped),
 and whether anything of h2 was still running when the grace time ended. --grace 0: a
 node-level kill instead (SIGKILL only, no notice; the steps since the last commit are lost).
+
+--check: ``state.check_host_updates()`` per call when nothing changed, on 2 ranks of this
+host under plain mpirun with the driver's host service running in this process.
 """
 import argparse
 import json
@@ -198,6 +202,46 @@ def sigterm_rows(grace):
         netns.close()
 
 
+_CHECK_WORKER = r"""
+import os, sys, time, statistics
+import mxhorovod as hvd
+hvd.init()
+state = hvd.elastic.ObjectState(epoch=0)
+times = []
+for _ in range(int(sys.argv[1])):
+    t = time.perf_counter()
+    state.check_host_updates()
+    times.append(time.perf_counter() - t)
+if hvd.rank() == 0:
+    print("CHECK %.6f %.6f %.6f" % (statistics.median(times), min(times), max(times)))
+"""
+
+
+def check_rows(reps):
+    """state.check_host_updates() per call on 2 ranks of this host (rank 0 asks the
+    driver's host service, then a broadcast), the service running in this process."""
+    from mxhorovodrun.elastic_driver import _HostService
+    from mxhorovodrun.elastic_protocol import (ENV_DRIVER, ENV_ELASTIC, ENV_HOSTS_VERSION,
+                                               ENV_SECRET)
+    secret = "ab" * 32
+    with _HostService("127.0.0.1", secret, lambda: 0) as service:
+        env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", **{
+            ENV_ELASTIC: "1", ENV_DRIVER: "127.0.0.1:%d" % service.port,
+            ENV_HOSTS_VERSION: "0", ENV_SECRET: secret})
+        mpirun = os.path.join(os.path.dirname(sys.executable), "mpirun")
+        proc = subprocess.run([mpirun, "-np", "2", sys.executable, "-c", _CHECK_WORKER,
+                               str(reps)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, timeout=300, cwd=ROOT)
+    line = [w for w in proc.stdout.split("\n") if w.startswith("CHECK ")]
+    if proc.returncode != 0 or not line:
+        print(proc.stdout[-3000:])
+        return None
+    median, low, high = (float(v) for v in line[0].split()[1:])
+    print("state.check_host_updates(), 2 ranks of one host, %d calls: median %.2f ms "
+          "(%.2f..%.2f)" % (reps, median * 1e3, low * 1e3, high * 1e3))
+    return {"reps": reps, "median_s": median, "min_s": low, "max_s": high}
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--batch", type=int, default=16)
@@ -205,6 +249,8 @@ def main():
     p.add_argument("--recovery", action="store_true")
     p.add_argument("--no-commit", action="store_true")
     p.add_argument("--sigterm", action="store_true")
+    p.add_argument("--check", action="store_true",
+                   help="the cost of state.check_host_updates() per call")
     p.add_argument("--grace", type=float, default=30.0,
                    help="--sigterm: seconds from the SIGTERM to the SIGKILL")
     a = p.parse_args()
@@ -215,6 +261,8 @@ def main():
         out["recovery"] = recovery_rows()
     if a.sigterm:
         out["sigterm"] = sigterm_rows(a.grace)
+    if a.check:
+        out["check"] = check_rows(500)
     print(json.dumps(out))
 
 
