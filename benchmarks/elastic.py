@@ -220,11 +220,11 @@ if hvd.rank() == 0:
 def check_rows(reps):
     """state.check_host_updates() per call on 2 ranks of this host (rank 0 asks the
     driver's host service, then a broadcast), the service running in this process."""
-    from mxhorovodrun.elastic_driver import _HostService
+    from mxhorovodrun.elastic_service import HostService
     from mxhorovodrun.elastic_protocol import (ENV_DRIVER, ENV_ELASTIC, ENV_HOSTS_VERSION,
                                                ENV_SECRET)
     secret = "ab" * 32
-    with _HostService("127.0.0.1", secret, lambda: 0) as service:
+    with HostService("127.0.0.1", secret, lambda: 0) as service:
         env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", **{
             ENV_ELASTIC: "1", ENV_DRIVER: "127.0.0.1:%d" % service.port,
             ENV_HOSTS_VERSION: "0", ENV_SECRET: secret})

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from mxhorovodrun.elastic_driver import _HostService
+from mxhorovodrun.elastic_service import HostService
 from mxhorovodrun.elastic_guards import GuardWatch
 from mxhorovodrun.elastic_protocol import GuardLink, guard_hello, guard_line
 
@@ -50,7 +50,7 @@ def test_no_host_stands_out(events):
 def test_guard_lines_reach_the_watch_and_a_notice_is_answered():
     left = []
     watch = GuardWatch(on_leaving=lambda host, rank: left.append((host, rank)))
-    with _HostService("127.0.0.1", SECRET, lambda: 0, watch=watch) as service:
+    with HostService("127.0.0.1", SECRET, lambda: 0, watch=watch) as service:
         env = {"MXHOROVOD_ELASTIC": "1", "MXHOROVOD_ELASTIC_SECRET": SECRET,
                "MXHOROVOD_ELASTIC_DRIVER": "127.0.0.1:%d" % service.port}
         a, b = GuardLink(env, 2, "h2"), GuardLink(env, 3, "h2")

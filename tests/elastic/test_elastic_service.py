@@ -1,4 +1,4 @@
-"""The elastic driver's host service (mxhorovodrun/elastic_driver.py's _HostService) and
+"""The elastic driver's host service (mxhorovodrun/elastic_service.py) and
 its client (elastic_protocol.ask_hosts_version, runtime.hosts_updated): silent, slow,
 unsigned and forged peers get nothing and delay nobody."""
 import socket
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from mxhorovodrun.elastic_driver import _HostService
+from mxhorovodrun.elastic_service import HostService
 from mxhorovodrun.elastic_protocol import (ENV_DRIVER, ENV_HOSTS_VERSION, ENV_SECRET, _mac,
                                            ask_hosts_version)
 
@@ -17,7 +17,7 @@ SECRET = "ab" * 32
 @pytest.fixture
 def service():
     version = [7]
-    with _HostService("127.0.0.1", SECRET, lambda: version[0], deadline=2.0) as s:
+    with HostService("127.0.0.1", SECRET, lambda: version[0], deadline=2.0) as s:
         s.set_version = lambda v: version.__setitem__(0, v)
         yield s
 
@@ -65,7 +65,7 @@ def test_a_client_with_another_secret_is_refused(service):
 
 
 def test_silent_and_trickling_clients_are_closed_at_the_deadline_and_beyond_the_cap():
-    with _HostService("127.0.0.1", SECRET, lambda: 1, deadline=0.5,
+    with HostService("127.0.0.1", SECRET, lambda: 1, deadline=0.5,
                       max_connections=4) as service:
         conns = [socket.create_connection(("127.0.0.1", service.port)) for _ in range(6)]
         try:
@@ -86,7 +86,7 @@ def test_silent_and_trickling_clients_are_closed_at_the_deadline_and_beyond_the_
 
 
 def test_an_address_not_of_this_host_listens_on_every_interface():
-    with _HostService("192.0.2.1", SECRET, lambda: 0) as service:  # (TEST-NET-1)
+    with HostService("192.0.2.1", SECRET, lambda: 0) as service:  # (TEST-NET-1)
         assert service.address == "0.0.0.0"
         assert ask_hosts_version("127.0.0.1:%d" % service.port, SECRET) == 0
 
