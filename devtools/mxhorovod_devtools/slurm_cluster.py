@@ -328,28 +328,51 @@ class SlurmCluster:
         return self.run([_which("scontrol")] + list(args), timeout=timeout, check=True).stdout
 
     def sbatch(self, script, args=(), timeout=120, env=None):
-        """Submits the batch script (its text) with ``sbatch --wait ARGS...`` and waits for
-        the job to end (at most ``timeout`` seconds; then every job is cancelled and
-        AssertionError raised). Returns sbatch's CompletedProcess, with ``job_output``: what
-        the job wrote (its ``-o`` file: stdout and stderr of the batch script) and
-        ``job_id``."""
+        """Submits the batch script (its text) with ``sbatch ARGS...`` and waits for the job
+        to end (at most ``timeout`` seconds; then every job is cancelled and AssertionError
+        raised). Returns sbatch's CompletedProcess with ``returncode`` the job's exit code
+        (sbatch's own when it refused the job), ``job_id``, ``job_state`` (COMPLETED,
+        FAILED, ...) and ``job_output``: what the batch script wrote (its ``-o`` file,
+        stdout and stderr together).
+
+        The job is polled every 0.2 s (``sbatch --wait`` polls at up to 10 s)."""
+        deadline = time.monotonic() + timeout
         fd, path = tempfile.mkstemp(prefix="job-", suffix=".sh", dir=self.tmp)
         with os.fdopen(fd, "w") as f:
             f.write(script)
         os.chmod(path, 0o755)
         output = path[:-3] + ".out"
-        try:
-            proc = self.run([_which("sbatch"), "--wait", "--parsable", "-o", output, "-D",
-                             os.getcwd()] + list(args) + [path], timeout=timeout, env=env)
-        finally:
-            job_output = ""
-            if os.path.exists(output):
-                with open(output, errors="replace") as f:
-                    job_output = f.read()
-        proc.job_output = job_output
+        proc = self.run([_which("sbatch"), "--parsable", "-o", output, "-D", os.getcwd()] +
+                        list(args) + [path], timeout=timeout, env=env)
         first = proc.stdout.strip().splitlines()[:1]
         proc.job_id = first[0].split(";")[0] if first and first[0].split(";")[0].isdigit() else None
+        proc.job_state, proc.job_output = None, ""
+        if proc.returncode != 0 or proc.job_id is None:
+            return proc
+        while True:
+            fields = self._job_fields(proc.job_id)
+            state = fields.get("JobState", "")
+            if state and state not in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING",
+                                       "SUSPENDED", "REQUEUED", "RESIZING"):
+                break
+            if time.monotonic() > deadline:
+                self.cancel_all()
+                raise AssertionError("job %s still %s after %ss:\n%s" % (
+                    proc.job_id, state, timeout, _tail(output, 60)))
+            time.sleep(0.2)
+        proc.job_state = state
+        code, _, sig = fields.get("ExitCode", "0:0").partition(":")
+        proc.returncode = int(code) if code.isdigit() and int(code) else \
+            (128 + int(sig) if sig.isdigit() and int(sig) else (0 if state == "COMPLETED" else 1))
+        if os.path.exists(output):
+            with open(output, errors="replace") as f:
+                proc.job_output = f.read()
         return proc
+
+    def _job_fields(self, job_id):
+        """{field: value} of ``scontrol show job -o JOB_ID`` (empty when unknown)."""
+        out = self.run([_which("scontrol"), "show", "job", "-o", str(job_id)], timeout=30).stdout
+        return dict(word.split("=", 1) for word in out.split() if "=" in word)
 
     def cancel_all(self):
         """Cancels every job of this cluster and kills what is left in the nodes."""
