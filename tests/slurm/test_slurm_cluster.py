@@ -106,3 +106,4 @@ def test_srun_mpi_none_single_tasks_setting_lets_them_through(cluster):
     assert proc.returncode == 0, proc.stdout
     assert "TASK 0 RANK 0 OK on h1" in proc.stdout and "TASK 1 RANK 0 OK on h2" in proc.stdout, \
         proc.stdout
+
