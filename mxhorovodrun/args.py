@@ -27,8 +27,7 @@ environment:
   HOROVOD_START_TIMEOUT    default of --start-timeout
   MXHOROVOD_RANK_GUARD     0: the default of --no-rank-guard (default 1: the guard)
   MXHOROVOD_HOROVOD_ALIAS  1: the default of --horovod-alias (default 0: no alias)
-  SLURM_JOB_ID, SLURM_JOB_NODELIST, SLURM_NTASKS, SLURM_TASKS_PER_NODE
-                           inside a Slurm allocation: the default and bound of -np
+  SLURM_NTASKS             in a Slurm allocation: the default and bound of -np
 
 mxhorovodrun runs mpirun with -np N and the HOROVOD_* variables of the flags, and
 OMP_NUM_THREADS = cores / ranks per host when it is not set (each host's own cores and

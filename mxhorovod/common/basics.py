@@ -64,10 +64,11 @@ def init(comm=None, process_sets=None):
     Raises:
         ValueError: a bad ``comm``, this rank not in the list, a bad HOROVOD_* variable, or
             process sets that are invalid or differ between ranks.
-        RuntimeError: this process is one task of a Slurm step of several tasks (``srun
-            -n4``) but MPI started it alone, as a world of 1 (``srun --mpi=none``): every
-            task raises it, naming ``srun --mpi=pmi2``. MXHOROVOD_SLURM_SINGLE_TASKS=1
-            allows such one-process tasks (see docs/slurm.md).
+        RuntimeError: this process is one task of a Slurm step of several tasks
+            (``srun -n4``) but MPI started it alone, as a world of 1
+            (``srun --mpi=none``): every task raises it, naming ``srun --mpi=pmi2``.
+            MXHOROVOD_SLURM_SINGLE_TASKS=1 allows such one-process tasks (see
+            docs/slurm.md).
     """
     with _init_lock:
         _init(comm, process_sets)
