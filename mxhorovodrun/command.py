@@ -13,7 +13,7 @@ from mxhorovodrun.mpi import (HYDRA, INTEL_MPI, LaunchError, detect, find_mpirun
                               mpirun_command)
 from mxhorovodrun.output import capture_patterns
 from mxhorovodrun.settings import UNUSED_FLAGS, horovod_env, omp_threads
-from mxhorovodrun.slurm import omp_threads_in, ranks_per_node
+from mxhorovodrun.slurm import omp_threads_in, outside_note, ranks_per_node
 
 __all__ = ["hosts_of", "captures_output", "prepare"]
 
@@ -96,6 +96,10 @@ def prepare(args, environ=None, python=None, cores=None, capture_dir=None, timeo
         env.pop(OMP_MARKER, None)  # the user's value (or -x): never replaced
     notes = [text for flag, text in sorted(UNUSED_FLAGS.items())
              if getattr(args, flag) is not None and getattr(args, flag) is not False]
+    if alloc is not None and not args.nics:
+        note = outside_note(alloc, env)
+        if note:
+            notes.append(note)
     path = find_mpirun(env, python)
     mpi = detect(path) if timeout is None else detect(path, timeout=timeout)
     extra = shlex.split(args.mpi_args) if args.mpi_args else []

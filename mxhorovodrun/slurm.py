@@ -10,9 +10,12 @@ Standard library only.
 """
 import collections
 import re
+import shutil
+import socket
+import subprocess
 
 __all__ = ["Allocation", "allocation", "expand_counts", "ranks_per_node", "check_num_proc",
-           "omp_threads_in"]
+           "omp_threads_in", "node_names", "outside_note"]
 
 _ITEM = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
 
@@ -119,3 +122,37 @@ def omp_threads_in(alloc, np):
     fits = [max(1, cpus // ranks) for cpus, ranks in
             zip(alloc.cpus_per_node, ranks_per_node(alloc.tasks_per_node, np)) if ranks]
     return min(fits) if fits else None
+
+
+def node_names(nodelist, environ, timeout=10):
+    """The host names of Slurm's compressed ``nodelist`` (``h[1-2],x`` -> h1, h2, x), by
+    ``scontrol show hostnames`` (present wherever Slurm's clients are; Slurm's own parser,
+    so every form it writes is read), or None when it cannot tell (no scontrol, an error,
+    no answer within ``timeout`` seconds)."""
+    scontrol = shutil.which("scontrol", path=environ.get("PATH"))
+    if scontrol is None:
+        return None
+    try:
+        proc = subprocess.run([scontrol, "show", "hostnames", nodelist], env=environ,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                              timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    names = proc.stdout.split()
+    return names if proc.returncode == 0 and names else None
+
+
+def outside_note(alloc, environ, host=None):
+    """A warning when the launcher runs outside the allocation's nodes (``salloc`` on a
+    login node) without --network-interfaces, else None. hydra's proxies on the nodes
+    connect back to the launcher by its host name; where the nodes cannot resolve or reach
+    it, hydra waits for ever (seen: "unable to get host address for <login>")."""
+    host = host or socket.gethostname()
+    names = node_names(alloc.nodelist, environ)
+    if names is None or host in names or host.split(".")[0] in names:
+        return None
+    return ("mxhorovodrun runs on %s, outside the nodes of Slurm job %s (%s): hydra's "
+            "proxies there connect back to this host, and hydra waits for ever if they "
+            "cannot resolve or reach it. If the job does not start, pass "
+            "--network-interfaces with the interface the nodes reach this host on"
+            % (host, alloc.job_id, alloc.nodelist))

@@ -10,8 +10,8 @@ import pytest
 from mxhorovodrun.args import parse_args
 from mxhorovodrun.guard import OMP_MARKER, guard_path
 from mxhorovodrun.mpi import HYDRA
-from mxhorovodrun.slurm import (allocation, check_num_proc, expand_counts, omp_threads_in,
-                                ranks_per_node)
+from mxhorovodrun.slurm import (allocation, check_num_proc, expand_counts, node_names,
+                                omp_threads_in, outside_note, ranks_per_node)
 from support.launcher import plan
 
 # sbatch -N3 -n7 on 2-, 2- and 4-CPU nodes: the variables the batch script sees.
@@ -154,3 +154,33 @@ def test_guard_sets_threads_from_this_hosts_cpus_and_ranks():
     # No marker (the user's value), or no count of this host's ranks: kept as it is.
     assert _guarded_threads({"OMP_NUM_THREADS": "7", "MPI_LOCALNRANKS": "1"}) == ("7", "None")
     assert _guarded_threads(marked) == ("7", "None")
+
+
+def _fake_scontrol(tmp_path, names):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "scontrol"
+    script.write_text("#!/bin/sh\n[ \"$1 $2\" = 'show hostnames' ] || exit 1\n"
+                      "printf '%s\\n' " + " ".join(names) + "\n")
+    script.chmod(0o755)
+    return str(bin_dir)
+
+
+def test_node_names_by_scontrol(tmp_path):
+    path = _fake_scontrol(tmp_path, ["n1", "n2", "n3"])
+    assert node_names("n[1-3]", {"PATH": path}) == ["n1", "n2", "n3"]
+    assert node_names("n[1-3]", {"PATH": str(tmp_path)}) is None   # no scontrol: no answer
+
+
+def test_launcher_outside_the_nodes_is_warned(tmp_path):
+    alloc = allocation(JOB)
+    env = {"PATH": _fake_scontrol(tmp_path, ["n1", "n2", "n3"])}
+    note = outside_note(alloc, env, host="login1")
+    assert "mxhorovodrun runs on login1, outside the nodes of Slurm job 42 (n[1-3])" in note
+    assert "--network-interfaces" in note
+    assert outside_note(alloc, env, host="n2") is None
+    assert outside_note(alloc, env, host="n2.cluster.example") is None
+    # Given an interface: no warning (prepare does not ask).
+    _, _, notes = plan(tmp_path, HYDRA, ["--network-interfaces", "eth0", "python", "t.py"],
+                       environ=dict(JOB, PATH=env["PATH"] + ":/usr/bin:/bin"))
+    assert not [n for n in notes if "outside the nodes" in n], notes
