@@ -26,6 +26,7 @@ Jobs move their data between nodes over the veths (``UCX_TLS=tcp,self``,
 Needs root (namespaces, daemons as root) and Debian's packages ``slurmctld slurmd
 slurm-client munge`` (Slurm 22.05); without them :class:`SlurmUnavailable` says why.
 """
+import atexit
 import os
 import shutil
 import signal
@@ -43,6 +44,7 @@ INSTALL_HINT = "apt-get install -y slurmctld slurmd slurm-client munge libpmix-d
 _DAEMONS = ("munged", "slurmctld", "slurmd")
 _CLIENTS = ("sbatch", "srun", "salloc", "scontrol", "scancel", "sinfo", "squeue")
 _START_LIMIT_S = 60.0
+_TMP_PREFIX = "mxh-slurm-"  # + the owner's pid: a dead owner's cluster is stale
 
 _SLURM_CONF = """\
 # Written by mxhorovod_devtools/slurm_cluster.py for one test run.
@@ -86,6 +88,54 @@ PartitionName=debug Nodes={node_list} Default=YES MaxTime=INFINITE State=UP Over
 """
 # slurmd fails at start inside a namespace unless told which cgroup plugin to load.
 _CGROUP_CONF = "CgroupPlugin=cgroup/v1\nIgnoreSystemd=yes\n"
+
+
+def _pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _processes_using(directory):
+    """Pids of the processes whose command line or SLURM_CONF names ``directory`` (the
+    daemons, and the jobs they started: they inherit SLURM_CONF)."""
+    found = []
+    needle = directory.encode()
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % name, "rb") as f:
+                cmdline = f.read()
+            with open("/proc/%s/environ" % name, "rb") as f:
+                environ = f.read()
+        except OSError:
+            continue
+        if needle in cmdline or b"SLURM_CONF=" + needle in environ:
+            found.append(int(name))
+    return found
+
+
+def remove_stale():
+    """Kills the daemons and jobs of clusters whose owner process is gone (a test run
+    killed before it could tear down), and removes their files. Their namespaces go with
+    :func:`mxhorovod_devtools.netns_hosts.remove_stale`."""
+    base = tempfile.gettempdir()
+    for entry in os.listdir(base):
+        owner = entry[len(_TMP_PREFIX):].split("-", 1)[0]
+        if not entry.startswith(_TMP_PREFIX) or not owner.isdigit() or _pid_alive(int(owner)):
+            continue
+        directory = os.path.join(base, entry)
+        for pid in _processes_using(directory):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 class SlurmUnavailable(RuntimeError):
@@ -151,6 +201,7 @@ class SlurmCluster:
         why = unavailable_reason()
         if why:
             raise SlurmUnavailable(why)
+        atexit.register(self.close)
         try:
             self._start()
         except NetnsUnavailable as e:
@@ -163,7 +214,8 @@ class SlurmCluster:
 
     def _start(self):
         plugin_dir = _plugin_dir()
-        self.tmp = tempfile.mkdtemp(prefix="mxh-slurm-")
+        remove_stale()
+        self.tmp = tempfile.mkdtemp(prefix="%s%d-" % (_TMP_PREFIX, os.getpid()))
         self.hosts = NetnsHosts(self.n).__enter__()
         self.nodes = list(self.hosts.hosts)
         self.address = "%s.254" % self.hosts.subnet
@@ -272,6 +324,7 @@ class SlurmCluster:
         if self.tmp:
             shutil.rmtree(self.tmp, ignore_errors=True)
             self.tmp = None
+        atexit.unregister(self.close)
 
     def __exit__(self, *exc):
         self.close()
@@ -306,12 +359,14 @@ class SlurmCluster:
         try:
             out, _ = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            out, _ = proc.communicate()
+            # salloc puts its command in a process group of its own: kill the whole session
+            # (what still holds the output pipe), then every job.
+            _kill_session(proc.pid)
             self.cancel_all()
+            try:
+                out, _ = proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                out = "(no output: still held open after the kill)"
             raise AssertionError("timed out after %ss: %s\n%s" % (timeout, " ".join(argv),
                                                                  out[-6000:]))
         proc.stdout = out
@@ -396,6 +451,23 @@ class SlurmCluster:
     def logs(self):
         """The last lines of every daemon's log (for a failing test's message)."""
         return "\n".join("== %s\n%s" % (name, _tail(p.log)) for name, p in self._procs)
+
+
+def _kill_session(sid):
+    """SIGKILL to every process of session ``sid`` (its leader included)."""
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name) as f:
+                fields = f.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if len(fields) > 3 and fields[3] == str(sid):
+            try:
+                os.kill(int(name), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def _is_job_process(pid):

@@ -81,6 +81,14 @@ def test_sbatch_script_running_python_once_is_not_refused(cluster):
     _all_ok(proc, 1)
 
 
+def test_salloc_from_the_login_side_with_network_interfaces(cluster):
+    # mxhorovodrun here, outside the nodes: the proxies connect back to it on the bridge.
+    proc = cluster.run(["salloc", "-N2", "--ntasks-per-node=1", "--exclusive", PY, "-m",
+                        "mxhorovodrun", "--network-interfaces", cluster.hosts.bridge, PY, WORLD,
+                        "h1,h2", "2,2"], timeout=TIMEOUT, env=_env(cluster))
+    _all_ok(proc, 2)
+
+
 def test_srun_pmi2_launches_the_ranks_directly(cluster):
     proc = cluster.srun(["-N2", "-n4", "--mpi=pmi2", PY, WORLD, "h1,h1,h2,h2", "-"],
                         timeout=TIMEOUT, env=cluster.env())
