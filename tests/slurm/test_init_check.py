@@ -1,6 +1,6 @@
 """hvd.init()'s check that an srun step's tasks form one MPI job
 (mxhorovod/common/slurm_check.py), from the environments seen on the Slurm cluster of
-test_slurm_cluster.py, without Slurm: which processes are refused and which never are."""
+test_on_slurm.py, without Slurm: which processes are refused and which never are."""
 import pytest
 
 from mxhorovod.common.slurm_check import check_world, refusal

@@ -56,6 +56,7 @@ def test_sbatch_mxhorovodrun_takes_the_allocations_tasks_2x2(cluster):
     proc = _batch(cluster, "%s -m mxhorovodrun %s %s h1,h1,h2,h2 1,1,1,1" % (PY, PY, WORLD),
                   ["-N2", "--ntasks-per-node=2"])
     _all_ok(proc, 4)
+    assert "outside the nodes" not in proc.job_output, proc.text  # it runs on h1
 
 
 def test_sbatch_threads_are_worked_out_on_each_node(cluster):
