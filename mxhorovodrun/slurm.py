@@ -9,15 +9,15 @@ counts per node come compressed: ``2(x3),1`` is 2, 2, 2, 1, in the order of the 
 Standard library only.
 """
 import collections
-import re
 import shutil
 import socket
 import subprocess
 
+from mxhorovodrun.slurm_discovery import in_allocation, tasks_per_node
+
 __all__ = ["Allocation", "allocation", "expand_counts", "ranks_per_node", "check_num_proc",
            "omp_threads_in", "node_names", "outside_note"]
 
-_ITEM = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
 
 Allocation = collections.namedtuple("Allocation", "job_id nodelist ntasks tasks_per_node "
                                                   "cpus_per_node")
@@ -28,24 +28,23 @@ form, e.g. ``h[1-2]``) as given; ``ntasks`` the tasks in all; ``tasks_per_node``
 
 
 def expand_counts(text, name="SLURM_TASKS_PER_NODE"):
-    """Slurm's compressed counts per node as a list: ``"2(x3),1"`` -> ``[2, 2, 2, 1]``.
+    """Slurm's compressed counts per node as a list: ``"2(x3),1"`` -> ``[2, 2, 2, 1]``
+    (:func:`mxhorovodrun.slurm_discovery.tasks_per_node`, which the elastic driver uses).
 
     Raises:
         ValueError: empty text, an item that is not ``N`` or ``N(xK)``, or K of 0; the
             message names the variable ``name`` and its value.
     """
-    counts = []
-    for item in (text or "").split(","):
-        m = _ITEM.match(item.strip())
-        if not m or (m.group(2) is not None and int(m.group(2)) < 1):
-            raise ValueError("%s=%r: expected counts per node such as 2(x3),1" % (name, text))
-        counts += [int(m.group(1))] * int(m.group(2) or 1)
-    return counts
+    try:
+        return tasks_per_node(text)
+    except ValueError:
+        raise ValueError("%s=%r: expected counts per node such as 2(x3),1"
+                         % (name, text)) from None
 
 
 def allocation(environ):
     """The :class:`Allocation` that ``environ`` (a job's environment) is inside, or None
-    outside one (SLURM_JOB_ID or SLURM_JOB_NODELIST unset or empty).
+    outside one (SLURM_JOB_ID, or SLURM_JOB_NODELIST and SLURM_NODELIST, unset or empty).
 
     The tasks in all: SLURM_NTASKS (else SLURM_NPROCS, else the sum of the tasks per node;
     ``sbatch -N2`` without -n sets neither); per node: SLURM_TASKS_PER_NODE; CPUs per node:
@@ -54,9 +53,10 @@ def allocation(environ):
     Raises:
         ValueError: a variable that is not in Slurm's format (the message names it).
     """
-    job_id, nodelist = environ.get("SLURM_JOB_ID"), environ.get("SLURM_JOB_NODELIST")
-    if not job_id or not nodelist:
+    if not in_allocation(environ):
         return None
+    job_id = environ["SLURM_JOB_ID"]
+    nodelist = environ.get("SLURM_JOB_NODELIST") or environ["SLURM_NODELIST"]
     per_node = expand_counts(environ.get("SLURM_TASKS_PER_NODE", ""))
     ntasks = sum(per_node)
     for name in ("SLURM_NTASKS", "SLURM_NPROCS"):

@@ -184,3 +184,10 @@ def test_launcher_outside_the_nodes_is_warned(tmp_path):
     _, _, notes = plan(tmp_path, HYDRA, ["--network-interfaces", "eth0", "python", "t.py"],
                        environ=dict(JOB, PATH=env["PATH"] + ":/usr/bin:/bin"))
     assert not [n for n in notes if "outside the nodes" in n], notes
+
+
+def test_elastic_run_in_an_allocation_reads_it_itself():
+    # --min-np/--max-np in an allocation: the elastic driver's hosts (slurm_discovery.py);
+    # the -np default and bound of a plain job do not apply.
+    args = parse_args(["--min-np", "2", "--max-np", "16", "python", "t.py"], environ=JOB)
+    assert args.elastic and args.slurm is None and args.num_proc == 2
