@@ -27,6 +27,10 @@ host is leaving": when the driver takes it, the guard writes ``L`` over byte 1 o
 file and keeps the signal from the rank (the job stops at its next commit or check and goes
 on without the host: docs/elastic.md); when the run itself is being stopped, ``S``, and
 the signal goes on to the rank as usual.
+Threads: when MXHOROVOD_OMP_NUM_THREADS_AUTO=1 marks OMP_NUM_THREADS as the launcher's
+choice, the guard sets it to this host's CPUs // the ranks on this host (MPI_LOCALNRANKS,
+OMPI_COMM_WORLD_LOCAL_SIZE); the CPUs: SLURM_CPUS_ON_NODE inside Slurm, capped by the usable
+cores (affinity and cgroup quota, mxhorovodrun/cores.py). The marker is not passed on.
 """
 import ctypes
 import os
@@ -39,6 +43,8 @@ _RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
               signal.SIGUSR2)
 _PR_SET_PDEATHSIG = 1
+_OMP_MARKER = "MXHOROVOD_OMP_NUM_THREADS_AUTO"  # mxhorovodrun.guard.OMP_MARKER
+_LOCAL_SIZE_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE")
 
 
 def _rank():
@@ -60,6 +66,41 @@ def _line(message):
 
 def _host():
     return os.uname().nodename  # socket.gethostname(), without importing socket
+
+
+def _usable_cores():
+    """This process's usable cores by mxhorovodrun/cores.py (affinity capped by the cgroup
+    quota), loaded by path from beside this package; its affinity when that is missing."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "mxhorovodrun", "cores.py")
+    try:
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("_mxhorovod_guard_cores", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module.usable_cores()
+    except (ImportError, OSError, AttributeError, SyntaxError):
+        try:
+            return len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            return os.cpu_count() or 1
+
+
+def _host_threads(environ):
+    """OMP_NUM_THREADS for a rank on this host, or None to keep the environment's: only
+    when the launcher marked its value (see the module) and the launcher says how many
+    ranks this host runs."""
+    if environ.get(_OMP_MARKER) != "1":
+        return None
+    local = next((int(environ[v]) for v in _LOCAL_SIZE_VARS
+                  if environ.get(v, "").isdigit() and int(environ[v]) > 0), None)
+    if local is None:
+        return None
+    cores = _usable_cores()
+    slurm = environ.get("SLURM_CPUS_ON_NODE", "")
+    if environ.get("SLURM_JOB_ID") and slurm.isdigit() and int(slurm) > 0:
+        cores = min(cores, int(slurm))  # the CPUs Slurm gave this job on this node
+    return max(1, cores // local)
 
 
 def _notes_file():
@@ -189,6 +230,10 @@ def main(argv):
     notes = _notes_file()  # the rank's state, in byte 0: see the docstring
     st = os.fstat(notes)  # the rank checks it writes this file, not one the script opened
     env = dict(os.environ, MXHOROVOD_GUARD_FD="%d:%d:%d" % (notes, st.st_dev, st.st_ino))
+    threads = _host_threads(env)
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
+    env.pop(_OMP_MARKER, None)
     # Handlers first: a signal that comes while the rank starts is held, then forwarded
     # (it ended the guard, and the rank with it by PR_SET_PDEATHSIG).
     rank = {"group": None, "held": [], "ended": False, "link": None}

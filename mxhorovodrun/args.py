@@ -7,6 +7,7 @@ import shlex
 from mxhorovodrun.guard import rank_guard_setting
 from mxhorovodrun.horovod_alias import alias_setting
 from mxhorovodrun.settings import LOG_LEVELS
+from mxhorovodrun.slurm import allocation, check_num_proc
 from mxhorovodrun.slurm_discovery import in_allocation
 
 __all__ = ["REFUSED", "build_parser", "parse_args"]
@@ -26,9 +27,12 @@ environment:
   HOROVOD_START_TIMEOUT    default of --start-timeout
   MXHOROVOD_RANK_GUARD     0: the default of --no-rank-guard (default 1: the guard)
   MXHOROVOD_HOROVOD_ALIAS  1: the default of --horovod-alias (default 0: no alias)
+  SLURM_NTASKS             in a Slurm allocation: the default and bound of -np
 
 mxhorovodrun runs mpirun with -np N and the HOROVOD_* variables of the flags, and
-OMP_NUM_THREADS = cores / ranks per host when it is not set; its exit status is mpirun's.
+OMP_NUM_THREADS = cores / ranks per host when it is not set (each host's own cores and
+ranks: the rank guard works it out on each host; in Slurm, the CPUs Slurm gave the job on
+that node); its exit status is mpirun's.
 Each rank runs under mxhorovod/rank_guard.py (see --no-rank-guard).
 With --output-filename or --prefix-output-with-timestamp (MPICH/hydra, Intel MPI) it stays
 the parent of mpirun and reads each rank's output through its own pipe.
@@ -80,7 +84,13 @@ def build_parser():
     p.add_argument("-v", "--version", action="store_true",
                    help="Shows the mxhorovod version.")
     p.add_argument("-np", "--num-proc", dest="num_proc", type=_positive_int,
-                   help="Total number of training processes.")
+                   help="Total number of training processes. Inside a Slurm allocation "
+                        "without -H/--hostfile: the allocation's tasks (SLURM_NTASKS) by "
+                        "default, and at most that many unless --oversubscribe.")
+    p.add_argument("--oversubscribe", action="store_true",
+                   help="Inside a Slurm allocation: allow -np to exceed the allocation's "
+                        "tasks (the extra ranks share the allocated CPUs). Without it, such "
+                        "an -np is refused.")
     p.add_argument("-cb", "--check-build", action="store_true", dest="check_build",
                    help="Shows the MXNet version this build was made against, the MPI "
                         "found, and which frameworks, controllers and tensor operations "
@@ -357,6 +367,27 @@ def _check_elastic(parser, args, environ):
         parser.error("--blacklist-cooldown-range %d %d: MIN is more than MAX" % tuple(low_high))
 
 
+def _check_slurm(parser, args, environ):
+    """Inside a Slurm allocation, with neither -H nor --hostfile (nor an elastic run):
+    -np defaults to the allocation's tasks and may not exceed them unless --oversubscribe.
+    Sets ``args.slurm`` to the :class:`mxhorovodrun.slurm.Allocation`, or None."""
+    args.slurm = None
+    if args.hosts or args.hostfile or getattr(args, "elastic", False):
+        return  # the user's hosts, or an elastic run's (which reads the allocation itself)
+    try:
+        alloc = allocation(environ)
+    except ValueError as e:
+        parser.error("inside a Slurm allocation: %s" % e)
+    if alloc is None:
+        return
+    args.slurm = alloc
+    if args.num_proc is None:
+        args.num_proc = alloc.ntasks
+    refused = check_num_proc(alloc, args.num_proc, args.oversubscribe)
+    if refused:
+        parser.error(refused)
+
+
 def _seconds_from_env(parser, environ, name):
     """The integer seconds (>= 1) that variable ``name`` of ``environ`` gives, or None when
     unset or empty; another value exits through ``parser.error`` naming it."""
@@ -401,6 +432,7 @@ def parse_args(argv=None, environ=None):
         if getattr(args, dest) not in (None, False):
             parser.error(why)
     _check_elastic(parser, args, environ)
+    _check_slurm(parser, args, environ)
     if args.num_proc is None:
         parser.error("-np/--num-proc is required (the number of processes)")
     if not args.command:

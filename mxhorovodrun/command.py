@@ -6,13 +6,14 @@ import sys
 import tempfile
 
 from mxhorovodrun.cores import usable_cores
-from mxhorovodrun.guard import guarded_command
+from mxhorovodrun.guard import OMP_MARKER, guarded_command
 from mxhorovodrun.horovod_alias import alias_pythonpath
 from mxhorovodrun.hosts import assign_ranks, parse_hostfile, parse_hosts
 from mxhorovodrun.mpi import (HYDRA, INTEL_MPI, LaunchError, detect, find_mpirun,
                               mpirun_command)
 from mxhorovodrun.output import capture_patterns
 from mxhorovodrun.settings import UNUSED_FLAGS, horovod_env, omp_threads
+from mxhorovodrun.slurm import omp_threads_in, outside_note, ranks_per_node
 
 __all__ = ["hosts_of", "captures_output", "prepare"]
 
@@ -37,15 +38,21 @@ def prepare(args, environ=None, python=None, cores=None, capture_dir=None, timeo
     """What to run for the parsed ``args``: (mpi, argv, env, notes).
 
     ``env`` is ``environ`` (default os.environ) plus the HOROVOD_* variables of the flags,
-    the -x variables, OMP_NUM_THREADS = ``cores`` (default: this process's usable cores) //
-    the most ranks any host runs, when not already set, what the MPI needs (hydra's
-    ssh arguments), and with ``args.horovod_alias`` the alias folder first on PYTHONPATH
+    the -x variables, OMP_NUM_THREADS when not already set (see below), what the MPI
+    needs (hydra's ssh arguments), and with ``args.horovod_alias`` the alias folder first on PYTHONPATH
     (see :mod:`mxhorovodrun.horovod_alias`). Each rank's command runs behind
     mxhorovod/rank_guard.py, by ``python`` (default sys.executable), unless
     ``args.rank_guard`` is False (see :mod:`mxhorovodrun.guard`). ``notes`` are warnings for the user. When
     :func:`captures_output`, argv sends the ranks' output to the pipes of ``capture_dir``
     (default: a new temporary directory, the caller's to remove). ``timeout``: seconds for
     ``mpirun --version`` (default 60).
+
+    OMP_NUM_THREADS, when the user did not set it: ``cores`` (default: this process's usable
+    cores) // the most ranks any host runs; inside a Slurm allocation (``args.slurm``) the
+    least of each node's CPUs (SLURM_JOB_CPUS_PER_NODE) // its ranks. With the rank guard,
+    that value is only the fallback: MXHOROVOD_OMP_NUM_THREADS_AUTO=1 marks it as the
+    launcher's, and the guard on each host replaces it by that host's CPUs // its ranks
+    (see :mod:`mxhorovodrun.guard`).
 
     Raises:
         LaunchError: no usable mpirun (see :func:`mxhorovodrun.mpi.find_mpirun`), no
@@ -55,7 +62,13 @@ def prepare(args, environ=None, python=None, cores=None, capture_dir=None, timeo
     """
     env = dict(os.environ if environ is None else environ)
     hosts = hosts_of(args)
-    per_host = max(n for _, n in assign_ranks(hosts, args.num_proc)) if hosts else args.num_proc
+    alloc = getattr(args, "slurm", None)
+    if hosts:
+        per_host = max(n for _, n in assign_ranks(hosts, args.num_proc))
+    elif alloc is not None:
+        per_host = max(ranks_per_node(alloc.tasks_per_node, args.num_proc))
+    else:
+        per_host = args.num_proc
     env.update(horovod_env(args))
     for item in args.env:
         name, eq, value = item.partition("=")
@@ -67,12 +80,26 @@ def prepare(args, environ=None, python=None, cores=None, capture_dir=None, timeo
             env["PYTHONPATH"] = alias_pythonpath(env.get("PYTHONPATH"))
         except FileNotFoundError as e:
             raise LaunchError(str(e)) from None
+    guarded = getattr(args, "rank_guard", None) is not False
     if not env.get("OMP_NUM_THREADS"):
         # Ranks of one host share its cores; MXNet's OpenMP would otherwise start one thread
-        # per core in every rank. Hosts are assumed to have this host's cores.
-        env["OMP_NUM_THREADS"] = str(omp_threads(cores or usable_cores(), per_host))
+        # per core in every rank. Here, other hosts are taken to have this host's cores (in
+        # Slurm, the CPUs it gave the job on each node); the rank guard on each host
+        # corrects that from the host's own CPUs and ranks, as the marker allows.
+        threads = omp_threads_in(alloc, args.num_proc) if alloc is not None else None
+        if threads is None:
+            threads = omp_threads(cores or usable_cores(), per_host)
+        env["OMP_NUM_THREADS"] = str(threads)
+        if guarded:
+            env[OMP_MARKER] = "1"
+    else:
+        env.pop(OMP_MARKER, None)  # the user's value (or -x): never replaced
     notes = [text for flag, text in sorted(UNUSED_FLAGS.items())
              if getattr(args, flag) is not None and getattr(args, flag) is not False]
+    if alloc is not None and not args.nics:
+        note = outside_note(alloc, env)
+        if note:
+            notes.append(note)
     path = find_mpirun(env, python)
     mpi = detect(path) if timeout is None else detect(path, timeout=timeout)
     extra = shlex.split(args.mpi_args) if args.mpi_args else []
@@ -80,7 +107,7 @@ def prepare(args, environ=None, python=None, cores=None, capture_dir=None, timeo
     if captures_output(mpi):
         capture = capture_patterns(capture_dir or tempfile.mkdtemp(prefix="mxhorovodrun-"))
     command = list(args.command)
-    if getattr(args, "rank_guard", None) is not False:
+    if guarded:
         try:
             command = guarded_command(command, python or sys.executable)
         except FileNotFoundError as e:

@@ -9,16 +9,24 @@ The rank gets the environment unchanged; any command works behind the guard.
 On other hosts (-H, --hostfile) both paths must exist, as the ranks' own paths must.
 ``--no-rank-guard``, or ``MXHOROVOD_RANK_GUARD=0``, runs the command as given.
 rank_guard.py says what the guard does.
+
+OMP_NUM_THREADS that the launcher chose (the user set none) comes with the marker
+MXHOROVOD_OMP_NUM_THREADS_AUTO=1: the guard on each host then sets it to that host's CPUs
+divided by its ranks, as the launcher cannot know other hosts' cores. A user's own
+OMP_NUM_THREADS has no marker and is never touched.
 """
 import importlib.util
 import os
 
 from mxhorovodrun.settings import env_switch
 
-__all__ = ["GUARD_VARIABLE", "package_places", "guard_path", "rank_guard_setting",
-           "guarded_command"]
+__all__ = ["GUARD_VARIABLE", "OMP_MARKER", "package_places", "guard_path",
+           "rank_guard_setting", "guarded_command"]
 
 GUARD_VARIABLE = "MXHOROVOD_RANK_GUARD"
+# Set to 1 beside an OMP_NUM_THREADS that the launcher chose; rank_guard.py reads the same
+# name (it imports nothing from here).
+OMP_MARKER = "MXHOROVOD_OMP_NUM_THREADS_AUTO"
 
 def rank_guard_setting(environ):
     """Whether MXHOROVOD_RANK_GUARD in ``environ`` asks for the guard: True when unset or

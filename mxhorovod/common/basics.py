@@ -14,7 +14,7 @@ import threading
 import warnings
 
 import mxhorovod._core as _core
-from mxhorovod.common import failures, launcher_connection, log, naming, state
+from mxhorovod.common import failures, launcher_connection, log, naming, slurm_check, state
 from mxhorovod.common import process_sets as _ps
 from mxhorovodrun.cores import cgroup_cpu_limits
 
@@ -64,6 +64,11 @@ def init(comm=None, process_sets=None):
     Raises:
         ValueError: a bad ``comm``, this rank not in the list, a bad HOROVOD_* variable, or
             process sets that are invalid or differ between ranks.
+        RuntimeError: this process is one task of a Slurm step of several tasks
+            (``srun -n4``) but MPI started it alone, as a world of 1
+            (``srun --mpi=none``): every task raises it, naming ``srun --mpi=pmi2``.
+            MXHOROVOD_SLURM_SINGLE_TASKS=1 allows such one-process tasks (see
+            docs/slurm.md).
     """
     with _init_lock:
         _init(comm, process_sets)
@@ -121,6 +126,14 @@ def _init(comm, process_sets):
     quotas = ";".join("%s=%r" % (key, cpus) for cpus, key, _ in cgroup_cpu_limits())
     _core.init(comm_f2c, ranks, [p.ranks for p in static if p.ranks is not None], dynamic,
                quotas)
+    if starting:
+        try:
+            # srun's tasks started as separate worlds of 1 (--mpi=none): refused, not left
+            # to train alone (mxhorovod.common.slurm_check).
+            slurm_check.check_world(_core.mpi_world()[2])
+        except (RuntimeError, ValueError):
+            _core.shutdown()
+            raise
     if starting:
         # The sets' ids start from 1 again, their unnamed calls from 0 (the global set's
         # too when this session has other ranks than the last).
