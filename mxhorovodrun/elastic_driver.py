@@ -375,10 +375,14 @@ class ElasticDriver:
                     lost.setdefault(host, "it was leaving (SIGTERM) and its ranks ended "
                                     "before the job stopped at a commit")
         if not lost or unknown:
-            problems = check_hosts(assignment, Deadline(30), ssh_command=self.args.ssh_command,
-                                   ssh_port=self.args.ssh_port,
-                                   ssh_identity_file=self.args.ssh_identity_file,
-                                   environ=self.environ)
+            if hasattr(self.discovery, "probe"):  # inside Slurm: a job step, not ssh
+                problems = self.discovery.probe(assignment)
+            else:
+                problems = check_hosts(assignment, Deadline(30),
+                                       ssh_command=self.args.ssh_command,
+                                       ssh_port=self.args.ssh_port,
+                                       ssh_identity_file=self.args.ssh_identity_file,
+                                       environ=self.environ)
             for text in problems:
                 for host in names:
                     if text.startswith("host %s " % host):

@@ -11,13 +11,14 @@ the allocation:
 - each node has the slots of its tasks in the allocation (SLURM_TASKS_PER_NODE, as
   ``2(x3),1``), or ``--slots-per-host``.
 
-Slurm's controller is asked at most once every :data:`QUERY_PERIOD_S` seconds; between
+After a job fails with no lost host known, each node is probed with a job step (srun)
+instead of ssh. Slurm's controller is asked at most once every :data:`QUERY_PERIOD_S` seconds; between
 two queries the last answer stands. Uses Slurm's own ``scontrol`` (on every node of an
 allocation) to read and expand node lists.
 """
-import os
 import re
 import subprocess
+import threading
 import time
 
 from mxhorovodrun.discovery import DiscoveryError
@@ -27,6 +28,7 @@ __all__ = ["in_allocation", "tasks_per_node", "SlurmDiscovery", "QUERY_PERIOD_S"
 
 QUERY_PERIOD_S = 5.0
 QUERY_TIMEOUT_S = 20.0
+PROBE_TIMEOUT_S = 30.0
 # Node state words (scontrol's State=, joined by '+') that make a node unusable.
 BAD_STATES = frozenset(["DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING",
                         "NOT_RESPONDING", "NO_RESPOND", "POWER_DOWN", "POWERED_DOWN",
@@ -151,3 +153,35 @@ class SlurmDiscovery:
         hosts = [(n, self.slots_per_host or self.tasks.get(n) or 1) for n in nodes]
         self._last, self._last_time = hosts, now
         return list(hosts)
+
+    def probe(self, hosts, timeout=PROBE_TIMEOUT_S):
+        """Whether each of ``hosts`` ([(host, slots), ...]) still runs a step of this job:
+        ``srun --overlap -N1 -n1 -w HOST true`` inside the allocation, all at once, each
+        within ``timeout`` seconds (no ssh: a Slurm cluster need not allow it). Returns
+        the problems, one text per host that failed, each starting ``host HOST ``."""
+        problems = {}
+
+        def one(host):
+            argv = ["srun", "--jobid", self.job_id, "--overlap", "-N1", "-n1", "-w", host,
+                    "--quiet", "true"]
+            try:
+                proc = self.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                problems[host] = "host %s did not run a job step within %g s (%s)" % (
+                    host, timeout, " ".join(argv))
+            except OSError as e:
+                problems[host] = "host %s: cannot run srun: %s" % (host, e.strerror or e)
+            else:
+                if proc.returncode != 0:
+                    out = proc.stdout.decode(errors="replace") if isinstance(
+                        proc.stdout, bytes) else (proc.stdout or "")
+                    problems[host] = "host %s did not run a job step: %s exited with %d%s" % (
+                        host, " ".join(argv), proc.returncode,
+                        ": " + out.strip()[-300:] if out.strip() else "")
+        threads = [threading.Thread(target=one, args=(h,), daemon=True) for h, _ in hosts]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return [problems[h] for h in sorted(problems)]

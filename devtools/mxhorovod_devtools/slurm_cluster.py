@@ -56,7 +56,9 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket={munge_socket}
+# A requeued job may start again after cred_expire (default 120 s), when the scheduler
+# next runs (default every 60 s): a test's requeue within seconds.
+AuthInfo=socket={munge_socket},cred_expire=5
 StateSaveLocation={tmp}/ctld-state
 SlurmctldPidFile={tmp}/slurmctld.pid
 SlurmctldLogFile={tmp}/slurmctld.log
@@ -72,6 +74,7 @@ TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 SchedulerType=sched/builtin
+SchedulerParameters=sched_interval=2
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 # The nodes' CPUs come from this file, not from the machine (a test's 2-CPU nodes on a

@@ -124,8 +124,9 @@ def run(func):
         if not runtime.elastic():
             if basics.rank() == 0:
                 runtime.warn_once("plain", "hvd.elastic.run: not started by mxhorovodrun's "
-                                  "elastic mode (--host-discovery-script); running as a "
-                                  "fixed-size job of %d ranks, with no reset", basics.size())
+                                  "elastic mode (--host-discovery-script, or --min-np in a "
+                                  "Slurm allocation); running as a fixed-size job of %d "
+                                  "ranks, with no reset", basics.size())
             root, _, resumed = runtime.load_best(state) if durable.folder() else (0, None, False)
             state.sync(root)
             if resumed:

@@ -19,11 +19,19 @@ class FakeScontrol:
         self.states = {"n1": "IDLE", "n2": "ALLOCATED", "n3": "MIXED"}
         self.calls = []
         self.fail = None
+        self.dead, self.hung = set(), set()
 
     def __call__(self, argv, **kwargs):
         self.calls.append(argv[1:])
         if self.fail:
             raise self.fail
+        if argv[0] == "srun":  # the probe: -w HOST
+            host = argv[argv.index("-w") + 1]
+            if host in self.hung:
+                raise subprocess.TimeoutExpired(argv, 30)
+            code = 1 if host in self.dead else 0
+            return subprocess.CompletedProcess(argv, code, b"srun: error: Unable to "
+                                               b"create step" if code else b"", b"")
         words = argv[1:]
         if words[:2] == ["show", "hostnames"]:
             lists = {"n[1-3]": "n1\nn2\nn3\n", "n[1,3]": "n1\nn3\n"}
@@ -85,3 +93,15 @@ def test_elastic_flags_take_the_allocation_without_a_script():
     assert not args.elastic  # no elastic flag: a fixed-size job
     with pytest.raises(SystemExit):  # -H names the hosts: no allocation's discovery
         parse_args(["--min-np", "2", "-H", "a:2", "python", "t.py"], environ=ENV)
+
+
+def test_the_probe_runs_a_job_step_on_each_host_not_ssh():
+    fake = FakeScontrol()
+    d = SlurmDiscovery(ENV, run=fake)
+    assert d.probe([("n1", 2), ("n2", 2)]) == []
+    fake.dead, fake.hung = {"n2"}, {"n3"}
+    problems = d.probe([("n1", 2), ("n2", 2), ("n3", 1)])
+    assert len(problems) == 2 and problems[0].startswith("host n2 did not run a job step: "
+                                                         "srun --jobid 42 --overlap"), problems
+    assert "Unable to create step" in problems[0], problems
+    assert problems[1].startswith("host n3 did not run a job step within 30 s"), problems
