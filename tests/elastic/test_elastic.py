@@ -61,8 +61,8 @@ def test_elastic_script_under_plain_mpirun_runs_fixed_size(tmp_path):
                      env={"ELASTIC_LOG": str(log),
                           "MXHOROVOD_ELASTIC_COMMIT_DIR": str(tmp_path / "commits")})
     assert proc.stdout.count("hvd.elastic.run: not started by mxhorovodrun's elastic mode "
-                             "(--host-discovery-script); running as a fixed-size job of 2 "
-                             "ranks, with no reset") == 1, proc.stdout[-3000:]
+                             "(--host-discovery-script, or --min-np in a Slurm allocation); "
+                             "running as a fixed-size job of 2 ranks, with no reset") == 1, proc.stdout[-3000:]
     lines = log.read_text().split("\n")
     assert lines[0] == "START 0 2 0" and "END 0" in lines
     assert sum(1 for line in lines if line.startswith("STEP")) == 3 * 96 // 8
