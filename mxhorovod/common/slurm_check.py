@@ -16,8 +16,6 @@ the step has several tasks.
 """
 import os
 
-from mxhorovodrun.settings import env_switch
-
 __all__ = ["SINGLE_TASKS_VARIABLE", "check_world", "refusal"]
 
 SINGLE_TASKS_VARIABLE = "MXHOROVOD_SLURM_SINGLE_TASKS"
@@ -38,6 +36,9 @@ def refusal(world_size, environ):
         return None
     if environ.get("PMI_SIZE", "").strip() == "1":  # the launcher itself says: a world of 1
         return None
+    # Only here, where a task is about to be refused: a rank imports none of the
+    # launcher's modules but the few it shares (tests/install/test_package_layout.py).
+    from mxhorovodrun.settings import env_switch
     if env_switch(environ, SINGLE_TASKS_VARIABLE, False,
                   "1 (each task of an srun step may run alone) or 0 (refused, the default)"):
         return None
