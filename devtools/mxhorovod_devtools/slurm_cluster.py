@@ -36,7 +36,7 @@ import tempfile
 import time
 
 from mxhorovod_devtools.mpirun import worker_env
-from mxhorovod_devtools.netns_hosts import CLUSTER_ENV, NetnsHosts, NetnsUnavailable
+from mxhorovod_devtools.netns_hosts import CLUSTER_ENV, NetnsHosts, NetnsUnavailable, _pid_alive
 
 __all__ = ["SlurmUnavailable", "SlurmCluster", "INSTALL_HINT"]
 
@@ -91,16 +91,6 @@ PartitionName=debug Nodes={node_list} Default=YES MaxTime=INFINITE State=UP Over
 """
 # slurmd fails at start inside a namespace unless told which cgroup plugin to load.
 _CGROUP_CONF = "CgroupPlugin=cgroup/v1\nIgnoreSystemd=yes\n"
-
-
-def _pid_alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _processes_using(directory):

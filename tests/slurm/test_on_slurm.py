@@ -8,24 +8,12 @@ MXHOROVOD_SLURM_SINGLE_TASKS=1 letting it through. Data between nodes crosses th
 not installed: ``apt-get install -y slurmctld slurmd slurm-client munge libpmix-dev``)."""
 import sys
 
-import pytest
 
 from mxhorovod_devtools.mpirun import worker_path
-from mxhorovod_devtools.slurm_cluster import SlurmCluster, SlurmUnavailable
 
 WORLD = worker_path("slurm_world.py")
 PY = sys.executable
 TIMEOUT = 150
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    """Two Slurm nodes h1, h2 of 2 CPUs, for the whole module, torn down at its end."""
-    try:
-        with SlurmCluster(nodes=2, cpus=2) as made:
-            yield made
-    except SlurmUnavailable as e:
-        pytest.skip("no Slurm cluster: %s" % e)
 
 
 def _env(cluster, **extra):

@@ -16,22 +16,11 @@ import threading
 import time
 
 import numpy as np
-import pytest
 
 from mxhorovod_devtools.mpirun import worker_env, worker_path
-from mxhorovod_devtools.slurm_cluster import SlurmCluster, SlurmUnavailable
 
 PY = sys.executable
 TIMEOUT = 150
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    try:
-        with SlurmCluster(nodes=2, cpus=2) as made:
-            yield made
-    except SlurmUnavailable as e:
-        pytest.skip("no Slurm cluster: %s" % e)
 
 
 def _wait_for(path, text, timeout=90):
