@@ -360,11 +360,31 @@ def _check_elastic(parser, args, environ):
         args.min_np = args.num_proc
     if args.max_np is not None and args.max_np < args.min_np:
         parser.error("--max-np %d is less than --min-np %d" % (args.max_np, args.min_np))
+    if from_allocation:
+        _check_elastic_allocation(parser, args, environ)
     if args.elastic_timeout is None:
         args.elastic_timeout = _seconds_from_env(parser, environ, "HOROVOD_ELASTIC_TIMEOUT")
     low_high = args.blacklist_cooldown_range
     if low_high is not None and low_high[0] > low_high[1]:
         parser.error("--blacklist-cooldown-range %d %d: MIN is more than MAX" % tuple(low_high))
+
+
+def _check_elastic_allocation(parser, args, environ):
+    """An elastic run on a Slurm allocation's nodes: --min-np more than its slots (its tasks,
+    or --slots-per-host on each node) can never start, so it is refused now rather than
+    after --elastic-timeout (--oversubscribe lets it wait); the driver starts at most the
+    slots there are, whatever --max-np says."""
+    try:
+        alloc = allocation(environ)
+    except ValueError as e:
+        parser.error("inside a Slurm allocation: %s" % e)
+    slots = args.slots_per_host * len(alloc.tasks_per_node) if args.slots_per_host \
+        else alloc.ntasks
+    if args.min_np > slots and not args.oversubscribe:
+        parser.error("--min-np %d is more than the %d slots of Slurm job %s (nodes %s, tasks "
+                     "per node %s): ask Slurm for more, or lower --min-np"
+                     % (args.min_np, slots, alloc.job_id, alloc.nodelist,
+                        environ.get("SLURM_TASKS_PER_NODE", "?")))
 
 
 def _check_slurm(parser, args, environ):

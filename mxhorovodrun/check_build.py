@@ -73,7 +73,7 @@ def check_build_text(environ=None, verbose=False):
         "    [%s] GPU tensors (CUDA)" % _x(basics.cuda_built()),
         "    [%s] GPU tensors (ROCm)" % _x(basics.rocm_built()),
         "    [X] kvstore 'horovod' (mx.kv.create('horovod'))",
-        "    [ ] Adasum",
+        "    [X] Adasum (op=hvd.Adasum: collectives, DistributedTrainer, DistributedOptimizer)",
         "    MXNet runtime: %s" % (", ".join(enabled) if enabled else "none of " +
                                    ", ".join(_MXNET_FEATURES)),
     ]

@@ -59,6 +59,10 @@ def allocation(environ):
     nodelist = environ.get("SLURM_JOB_NODELIST") or environ["SLURM_NODELIST"]
     per_node = expand_counts(environ.get("SLURM_TASKS_PER_NODE", ""))
     ntasks = sum(per_node)
+    if ntasks < 1:
+        raise ValueError("SLURM_TASKS_PER_NODE=%r: no task on any node (expected counts per "
+                         "node such as 2(x3),1, at least one of them >= 1)"
+                         % environ.get("SLURM_TASKS_PER_NODE", ""))
     for name in ("SLURM_NTASKS", "SLURM_NPROCS"):
         text = environ.get(name, "").strip()
         if text:

@@ -99,10 +99,24 @@ def _load_newest(state, latest, read, name, label):
         return 0, None
     best = max(k for k, _ in held)
     root = min(r for k, r in held if k == best)
+    error = None
     if rank() == root:
         started = time.monotonic()
-        state._load_snapshot(read(latest[2]))
-        get_logger().info("hvd.elastic: loaded commit %d (%s %d.%d) from %s in %.3f s",
-                          state._commit_counter, label, best[0], best[1], latest[2],
-                          time.monotonic() - started)
+        try:
+            state._load_snapshot(read(latest[2]))
+        except Exception as e:  # noqa: BLE001 - every rank raises it, below
+            error = "%s: %s" % (type(e).__name__, e)
+        else:
+            get_logger().info("hvd.elastic: loaded commit %d (%s %d.%d) from %s in %.3f s",
+                              state._commit_counter, label, best[0], best[1], latest[2],
+                              time.monotonic() - started)
+    # Every rank learns whether the root could load it: a damaged file, or a commit of
+    # another model, must not leave the other ranks with a bare "peer shut down".
+    error = state._bcast_object((error, latest[2] if latest else None), root_rank=root)
+    if error[0]:
+        where = " (%s=%s)" % (durable.ENV_DURABLE_DIR, durable.folder()) \
+            if label == "durable" else ""
+        raise ValueError("hvd.elastic: rank %d could not load the commit %s%s: %s. Remove it "
+                         "to start afresh, or point the variable at this model's commits"
+                         % (root, error[1], where, error[0]))
     return root, best

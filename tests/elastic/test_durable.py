@@ -20,6 +20,16 @@ def test_a_job_killed_as_a_whole_resumes_from_its_last_commit(tmp_path):
     assert died.returncode != 0, died.stdout[-4000:]
     held = sorted(os.listdir(tmp_path / "run" / "durable"))
     assert held == ["commit-0-%d" % DIE_AFTER], held  # one file, synced, the older removed
+    # A damaged commit: an error naming it and the variable on every rank, no hang.
+    path = tmp_path / "run" / "durable" / held[0]
+    whole = path.read_bytes()
+    path.write_bytes(whole[:500])
+    bad = run_ranks(2, "durable_resume.py", ["resume", STEPS, DIE_AFTER], env=env, timeout=120,
+                    expect_ok=False)
+    assert bad.returncode != 0 and bad.stdout.count(
+        "could not load the commit %s (MXHOROVOD_ELASTIC_DURABLE_DIR=" % path) >= 2, \
+        bad.stdout[-4000:]
+    path.write_bytes(whole)
     run_ranks(2, "durable_resume.py", ["resume", STEPS, DIE_AFTER], env=env, timeout=120)
 
 

@@ -18,6 +18,6 @@ def test_cli_missing_mpirun_and_check_build(tmp_path):
     for line in ("Available Frameworks:", "[X] MXNet", "Available Controllers:", "[X] MPI",
                  "[ ] Gloo", "Available Tensor Operations:", "[ ] NCCL", "[ ] DDL", "[ ] CCL",
                  "MXNet: built against %s, running %s" % (mxnet.__version__, mxnet.__version__),
-                 "MPI launcher: MPICH (hydra) ", "Features:", "[X] CPU tensors",
+                 "MPI launcher: MPICH (hydra) ", "Features:", "[X] CPU tensors", "[X] Adasum",
                  "mxhorovod loaded: %s\n" % os.path.join(REPO, "mxhorovod")):
         assert line in proc.stdout, (line, proc.stdout)

@@ -105,3 +105,11 @@ def test_the_probe_runs_a_job_step_on_each_host_not_ssh():
                                                          "srun --jobid 42 --overlap"), problems
     assert "Unable to create step" in problems[0], problems
     assert problems[1].startswith("host n3 did not run a job step within 30 s"), problems
+
+
+def test_min_np_beyond_the_allocation_is_refused_at_once(capsys):
+    with pytest.raises(SystemExit):
+        parse_args(["--min-np", "6", "python", "t.py"], environ=ENV)  # 5 tasks
+    assert "--min-np 6 is more than the 5 slots of Slurm job 42" in capsys.readouterr().err
+    args = parse_args(["--min-np", "6", "--slots-per-host", "2", "python", "t.py"], environ=ENV)
+    assert args.elastic and args.min_np == 6  # 3 nodes x 2 slots

@@ -52,6 +52,7 @@ def test_allocation_from_the_variables():
     ({"SLURM_NTASKS": "many"}, "SLURM_NTASKS='many'"),
     ({"SLURM_NTASKS": "0"}, "SLURM_NTASKS='0'"),
     ({"SLURM_TASKS_PER_NODE": "2(x"}, "SLURM_TASKS_PER_NODE='2(x'"),
+    ({"SLURM_TASKS_PER_NODE": "0(x2)"}, "SLURM_TASKS_PER_NODE='0(x2)': no task on any node"),
     ({"SLURM_JOB_CPUS_PER_NODE": "lots"}, "SLURM_JOB_CPUS_PER_NODE='lots'"),
 ])
 def test_allocation_refuses_malformed_variables(change, message):
