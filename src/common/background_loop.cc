@@ -17,6 +17,7 @@
 #include "host_cores.h"
 #include "job_abort.h"
 #include "logging.h"
+#include "loop_stats.h"
 #include "mpi_shm.h"
 #include "ops/float16.h"
 #include "ops/link_pace.h"
@@ -123,7 +124,25 @@ void RunCycle(ProcessSet& set, bool shutdown_requested, MPI_Comm world, int worl
   *bytes_done = 0;
   Timeline& timeline = Timeline::Get();
   timeline.SetProcessSet(set.id, &set.ranks);  // [timeline] rows of this set
+  LoopStats& stats = Stats();                   // [stats] benchmarks/call_cost.py
+  const uint64_t t_start = NowNs();
   *fatal = set.controller->ComputeResponses(shutdown_requested, result);
+  uint64_t t_mark = NowNs();
+  AddTo(stats.cycles, 1);
+  AddTo(stats.negotiate_ns, t_mark - t_start);
+  uint64_t t_execute = 0, t_complete = 0;
+  struct PlanTime {  // the cycle's time outside negotiation, execution and callbacks
+    LoopStats& st;
+    const uint64_t& mark;
+    const uint64_t& execute;
+    const uint64_t& complete;
+    ~PlanTime() {
+      const uint64_t spent = NowNs() - mark;
+      AddTo(st.plan_ns, spent > execute + complete ? spent - execute - complete : 0);
+      AddTo(st.execute_ns, execute);
+      AddTo(st.complete_ns, complete);
+    }
+  } plan_time{stats, t_mark, t_execute, t_complete};
   if (!fatal->ok()) return;
   if (result->shutdown && set.id == 0) {
     // Stopped before this cycle's callbacks run: a caller woken by one of its errors (a
@@ -208,12 +227,17 @@ void RunCycle(ProcessSet& set, bool shutdown_requested, MPI_Comm world, int worl
       missing |= !found[i];
     }
     Status s;
+    const uint64_t t0 = NowNs();
     if (missing) {
       s = Status::UnknownError("internal error: a negotiated tensor is not queued on this rank");
     } else {
       timeline.ActivityEndAll(entries);  // [timeline] QUEUE
       s = set.executor->Run(*ok[group[0]], entries);
     }
+    const uint64_t t1 = NowNs();
+    t_execute += t1 - t0;
+    AddTo(stats.groups, 1);
+    AddTo(stats.tensors, group.size());
     for (int i : group) {
       if (found[i] && !joined_part[i]) {
         // Completed early by the executor (its buffer final while the group ran): no
@@ -223,6 +247,7 @@ void RunCycle(ProcessSet& set, bool shutdown_requested, MPI_Comm world, int worl
       }
       timeline.OpEnd(ok[i]->names[0]);  // [timeline]
     }
+    t_complete += NowNs() - t1;
   }
 }
 
@@ -267,6 +292,7 @@ void BackgroundLoop(StartArgs args) {
   // ours (the communication) and which are the model's.
   pthread_setname_np(pthread_self(), "mxhorovod-bg");
   State& st = S();
+  Stats().Reset();  // [stats] this job's, from before init() returns
   Config& cfg = args.cfg;
   MPI_Comm comm = MPI_COMM_NULL;
   Topology topo;
@@ -457,7 +483,11 @@ void BackgroundLoop(StartArgs args) {
       const auto until = (pending ? std::chrono::steady_clock::now() : start) +
                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(wait);
       std::unique_lock<std::mutex> lk(st.wake_mu);
-      if (wait.count() > 0) st.wake_cv.wait_until(lk, until, [&] { return st.wake.load(); });
+      if (wait.count() > 0 && !st.wake.load()) {
+        const uint64_t slept = NowNs();
+        st.wake_cv.wait_until(lk, until, [&] { return st.wake.load(); });
+        AddTo(Stats().sleep_ns, NowNs() - slept);
+      }
       // Work enqueued before a later Wake is already queued: the next cycle sees it.
       st.wake = false;
     }

@@ -1,5 +1,7 @@
 #include "state.h"
 
+#include "loop_stats.h"
+
 namespace mxhorovod {
 
 State& S() {
@@ -14,6 +16,15 @@ void Wake() {
   // then waiting): the signal cannot fall between them and be lost.
   { std::lock_guard<std::mutex> lk(st.wake_mu); }
   st.wake_cv.notify_one();
+}
+
+}  // namespace mxhorovod
+
+namespace mxhorovod {
+
+LoopStats& Stats() {
+  static LoopStats* s = new LoopStats();  // never destroyed, as S()
+  return *s;
 }
 
 }  // namespace mxhorovod

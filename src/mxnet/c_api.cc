@@ -149,7 +149,7 @@ int Grouped(OpType type, void** inputs, void** outputs, int num, const Names& na
                                         (!inputs ? "inputs" : !outputs ? "outputs" : "names") +
                                         " array is null"));
   }
-  auto op = std::make_unique<EngineOp>();
+  auto op = NewOp();
   Status s = MemberSet(process_set_id, OpTypeName(type), names.c_str(0), &op->set);
   if (!s.ok()) return Fail(s);  // not a member: the set's calls do not count this rank
   auto refuse = [&](const Status& why) {  // from here the peers' call fails too (Refuse)
@@ -264,7 +264,7 @@ int Call(OpType type, void** inputs, void** outputs, int num, const std::string*
 
 int Broadcast(void* input, void* output, const std::string& name, int root_rank, int priority,
               int process_set_id, const std::string* fail_with) {
-  auto op = std::make_unique<EngineOp>();
+  auto op = NewOp();
   Status s = MemberSet(process_set_id, OpTypeName(OpType::kBroadcast), name.c_str(), &op->set);
   if (!s.ok()) return Fail(s);
   // root_rank is a rank of the job, as in Horovod (a set's broadcast from its member 3
@@ -295,7 +295,7 @@ int Broadcast(void* input, void* output, const std::string& name, int root_rank,
 int Alltoall(void* input, void* output, const char* name, const int64_t* splits,
              const int64_t* recv_splits, int num_splits, int priority, int process_set_id,
              bool size_exchange, const std::string* fail_with) {
-  auto op = std::make_unique<EngineOp>();
+  auto op = NewOp();
   Status s = MemberSet(process_set_id, OpTypeName(OpType::kAlltoall), name, &op->set);
   if (!s.ok()) return Fail(s);
   auto refuse = [&](const Status& why) {

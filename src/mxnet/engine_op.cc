@@ -215,6 +215,25 @@ void SubmitEmptyGroup(std::shared_ptr<ProcessSet> set, OpType type, const std::s
 
 namespace {
 
+// The operations MXNet is done with, not yet deleted (see NewOp): a stack that any thread
+// pushes onto and the calling thread empties at once. At most kMaxDead: past that (no call
+// for a while) the thread that is done with one deletes it.
+std::atomic<EngineOp*> dead_ops{nullptr};
+std::atomic<int> dead_count{0};
+constexpr int kMaxDead = 4096;
+
+void Bury(EngineOp* op) {
+  if (dead_count.fetch_add(1, std::memory_order_relaxed) >= kMaxDead) {
+    dead_count.fetch_sub(1, std::memory_order_relaxed);
+    delete op;
+    return;
+  }
+  op->next_dead = dead_ops.load(std::memory_order_relaxed);
+  while (!dead_ops.compare_exchange_weak(op->next_dead, op, std::memory_order_release,
+                                         std::memory_order_relaxed)) {
+  }
+}
+
 // An operation MXNet skipped (see EngineOp::ran) fails on every rank; nothing is written:
 // the outputs already carry the input's error on this rank.
 void DeleteOp(void* param) {
@@ -223,7 +242,7 @@ void DeleteOp(void* param) {
     SubmitFailed(op, "the operation that writes its input failed on this rank, so MXNet "
                      "skipped this collective there (read that input on that rank to see the error)");
   }
-  delete op;
+  Bury(op);
 }
 
 // Chunk -> number of our operations in flight reading or writing it. Never destroyed:
@@ -278,6 +297,22 @@ ChunkUses& Uses() {
 }  // namespace
 
 bool UsedByOurCollective(void* handle) { return Uses().Has(ChunkIdentity(handle)); }
+
+std::unique_ptr<EngineOp> NewOp() {
+  // Taking the whole stack at once: no other thread pops, so no ABA.
+  EngineOp* op = dead_ops.load(std::memory_order_relaxed) == nullptr
+                     ? nullptr
+                     : dead_ops.exchange(nullptr, std::memory_order_acquire);
+  int n = 0;
+  while (op != nullptr) {
+    EngineOp* next = op->next_dead;
+    delete op;
+    op = next;
+    ++n;
+  }
+  if (n) dead_count.fetch_sub(n, std::memory_order_relaxed);
+  return std::make_unique<EngineOp>();
+}
 
 void EngineOp::Release() {
   if (chunks_counted) {

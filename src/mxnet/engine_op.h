@@ -68,6 +68,7 @@ struct EngineOp {
   // out-of-place group; found by Grouped): Push lists each such buffer once.
   bool shared_inputs = false;
   OpCompletion completion;      // set up when the engine runs the operation
+  EngineOp* next_dead = nullptr;  // in the list of operations MXNet is done with (NewOp)
   // Under MXNet's NaiveEngine only: the operation's error, for Push to return. That engine
   // runs the operation to completion inside the push and drops the error it completes with.
   std::shared_ptr<std::string> failure;
@@ -90,6 +91,13 @@ struct EngineOp {
 // call (a hang when ranks issue two collectives of one array, or a collective of another's
 // output, in different orders).
 bool UsedByOurCollective(void* handle);
+
+// A new operation. MXNet is done with an operation on the thread that completes it (the
+// background thread), which would free there what the calling thread allocated: glibc
+// then takes the slow path on both sides (a fifth of the background thread's instructions
+// per tensor, call_cost.py). So those operations are listed, and deleted here, by the next
+// call's thread, whose next allocations reuse their memory.
+std::unique_ptr<EngineOp> NewOp();
 
 // Pushes the operation. It joins its names' lines here, in call order; when the engine runs
 // it, its tensors go to the core once every earlier call of those names has completed, so

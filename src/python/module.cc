@@ -11,6 +11,7 @@
 
 #include "common/fusion.h"
 #include "common/job_abort.h"
+#include "common/loop_stats.h"
 #include "common/operations.h"
 #include "common/timeline.h"
 #include "mxhorovod/c_api.h"
@@ -20,12 +21,14 @@
 #include "mxnet/ndarray.h"
 #include "mxnet/shared_array.h"
 #include "mxnet/sync_bn_op.h"
+#include "python/calls.h"
 #include "ops/link_pace.h"
 
 namespace py = pybind11;
 using namespace mxhorovod;
 
-namespace {
+namespace mxhorovod {
+namespace binding {
 
 void* H(uintptr_t h) { return reinterpret_cast<void*>(h); }
 
@@ -83,6 +86,13 @@ Status Settle(void* h, bool any_array) {
 std::string UnreadableInput(const Status& s) {
   return s.ok() ? std::string() : "its input could not be read on this rank: " + s.reason();
 }
+
+}  // namespace binding
+}  // namespace mxhorovod
+
+using namespace mxhorovod::binding;
+
+namespace {
 
 // A group's names: a list of str as given, or one str `base` for n tensors named
 // '<base>.<i>' (the group convention; formatting 1,000 names in Python cost 0.4 ms).
@@ -271,22 +281,22 @@ PYBIND11_MODULE(_core, m) {
     }
     Raise(s);
   });
-  m.def("allreduce", [](uintptr_t in, uintptr_t out, const std::string& name, int op, double pre,
-                        double post, int priority, int ps, bool settle) {
-    int rc = 0;
-    Status s;
-    {
-      py::gil_scoped_release nogil;
-      if (settle) s = Settle(H(in), false);
-      void* i = H(in);
-      void* o = H(out);
-      const std::string why = UnreadableInput(s);
-      rc = mx::Call(OpType::kAllreduce, &i, &o, 1, &name, op, pre, post, priority, ps,
-                    s.ok() ? nullptr : &why);
+  m.def("loop_stats", [] {
+    LoopStats& st = Stats();
+    py::dict d;
+    for (const auto& kv : {std::make_pair("cycles", &st.cycles), std::make_pair("tensors", &st.tensors),
+                           std::make_pair("groups", &st.groups),
+                           std::make_pair("negotiate_ns", &st.negotiate_ns),
+                           std::make_pair("plan_ns", &st.plan_ns),
+                           std::make_pair("execute_ns", &st.execute_ns),
+                           std::make_pair("complete_ns", &st.complete_ns),
+                           std::make_pair("sleep_ns", &st.sleep_ns)}) {
+      d[kv.first] = kv.second->load(std::memory_order_relaxed);
     }
-    Raise(s);
-    Check(rc);
-  });
+    return d;
+  }, "The background thread's time by stage since init() (common/loop_stats.h): counts, "
+     "and nanoseconds summed per stage (benchmarks/call_cost.py)");
+  AddFastAllreduce(m);  // python/fast_call.cc: a METH_FASTCALL function, not pybind11's
   m.def("grouped_allreduce", [](const std::vector<uintptr_t>& ins, const std::vector<uintptr_t>& outs,
                                 const py::object& names, int op, double pre, double post,
                                 int priority, int ps, bool settle) {

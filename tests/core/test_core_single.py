@@ -229,3 +229,51 @@ def test_c_entry_points_are_exported_and_callable():
         np.testing.assert_allclose(out.asnumpy(), [1.0, 2.0, 3.0])
     finally:
         hvd.shutdown()
+
+
+def test_the_raw_allreduce_binding_refuses_bad_arguments():
+    # _core.allreduce is a METH_FASTCALL function (python/fast_call.cc), not pybind11's: its
+    # own conversions must raise, never crash or pass a wrong value on.
+    hvd.init()
+    try:
+        x = mx.nd.ones((3,))
+        h = x.handle.value
+        good = [h, h, "raw.ok", hvd.Sum, 1.0, 1.0, 0, 0, False]
+        _core.allreduce(*good)
+        np.testing.assert_array_equal(x.asnumpy(), [1, 1, 1])
+        with pytest.raises(TypeError, match="takes 9 arguments"):
+            _core.allreduce(*good[:8])
+        bad = [(2, b"raw.bytes", TypeError), (2, None, TypeError), (3, "1", TypeError),
+               (4, "x", TypeError), (6, 2**31, OverflowError), (7, 1.5, TypeError),
+               (0, "handle", TypeError)]
+        for i, value, error in bad:
+            args = list(good)
+            args[i] = value
+            with pytest.raises(error):
+                _core.allreduce(*args)
+        # A refused call (unknown op) raises InvalidArgumentError, as through pybind11.
+        args = list(good)
+        args[2], args[3] = "raw.badop", 99
+        with pytest.raises(hvd.InvalidArgumentError, match="unknown reduce op 99"):
+            _core.allreduce(*args)
+        x.wait_to_read()
+    finally:
+        hvd.shutdown()
+
+
+def test_loop_stats_count_the_background_threads_work():
+    hvd.init()
+    try:
+        before = _core.loop_stats()
+        arrays = [mx.nd.ones((4,)) for _ in range(20)]
+        for i, a in enumerate(arrays):
+            hvd.allreduce_(a, op=hvd.Sum, name="stats.%d" % i)
+        mx.nd.waitall()
+        after = _core.loop_stats()
+        assert after["tensors"] - before["tensors"] == 20
+        assert after["cycles"] > before["cycles"]
+        assert 1 <= after["groups"] - before["groups"] <= 20
+        for stage in ("negotiate_ns", "plan_ns", "execute_ns", "complete_ns"):
+            assert after[stage] > before[stage], stage
+    finally:
+        hvd.shutdown()

@@ -93,6 +93,19 @@ def test_small_tensors():
         check_stats(r["floor_s"])
 
 
+def test_call_cost():
+    obj = run_script("call_cost.py")
+    (r,) = obj["rows"]
+    assert (r["impl"], r["count"], r["ranks"]) == ("mxhorovod", 50, 2)
+    for k in ("floor", "step", "calls", "python_loop", "python_wrapper", "engine_push",
+              "cpu_main", "cpu_library"):
+        assert r[k] > 0, k
+    # The background thread's stages, per tensor, from _core.loop_stats().
+    assert set(r["stages"]) == {"negotiate", "plan", "execute", "complete", "sleep"}
+    assert r["stages"]["execute"] > 0 and r["stages"]["complete"] > 0
+    assert 1 <= r["groups_per_step"] <= 50
+
+
 def test_idle_cpu():
     obj = run_script("idle_cpu.py")
     assert sorted(r["rank"] for r in obj["rows"]) == [0, 1]
