@@ -19,12 +19,14 @@ the median over --reps steps. Measured in the same mpirun:
 - ``CPU, calling thread`` and ``CPU, library threads``: CPU time per tensor of the thread
   that calls and of the threads that ``hvd.init()`` started. With as many ranks as cores
   the step cannot be shorter than their sum.
+- The steps by time: the step at the 25th, 50th and 90th percentile, with its number of
+  negotiation cycles (mxhorovod only).
 - On the background thread (mxhorovod only, from ``_core.loop_stats()``): ``negotiation``
   (the response cache's bit vector, the coordinator round for new names, and the wait for
   the peers to submit the same names), ``planning`` (taking the entries, fusion groups),
   ``execution`` (fusion copies, MPI, reductions by cross-memory attach), ``completion``
   (the callbacks: MXNet's completion of the engine operations, the names' lines) and
-  ``sleep`` (waiting for work).
+  ``asleep`` (waiting for work, between the timed steps too).
 
 Horovod 0.28.1 runs the same step in its own mpirun (``--horovod-python``); the stages it
 does not expose are left blank. Prints a table and one JSON line.
@@ -40,7 +42,7 @@ from common import either_op, stats
 STAGES = ("negotiate", "plan", "execute", "complete", "sleep")
 STAGE_NAMES = {"negotiate": "background: negotiation", "plan": "background: planning",
                "execute": "background: execution", "complete": "background: completion",
-               "sleep": "background: sleep"}
+               "sleep": "background: asleep (also between steps)"}
 
 
 def parse_args(argv=None):
@@ -88,14 +90,17 @@ def worker(args):
     library = set(common.thread_cpu()) - before_init
     main_tid = int(open("/proc/thread-self/stat").read().split()[0])
     sum_op = hvd.Sum
-    calls = []
+    calls, steps = [], []  # steps: (seconds, negotiation cycles) of each step
+    stats_of = None
 
     def step():
+        c0 = stats_of()["cycles"] if stats_of else 0
         t0 = time.perf_counter()
         for i, a in enumerate(arrays):
             hvd.allreduce_(a, op=sum_op, name=names[i])
         calls.append(time.perf_counter() - t0)
         mx.nd.waitall()
+        steps.append((time.perf_counter() - t0, (stats_of()["cycles"] - c0) if stats_of else 0))
 
     for a in arrays:  # one checked step: ones sum to p on every rank
         a[:] = 1
@@ -110,8 +115,9 @@ def worker(args):
     core = None
     if args.impl == "mxhorovod":
         from mxhorovod import _core as core
-    calls.clear()
     stats_of = getattr(core, "loop_stats", None)  # absent before this release
+    calls.clear()
+    steps.clear()
     cpu0, loop0 = common.thread_cpu(), stats_of() if stats_of else None
     st = common.timed(step, args.reps, warmup=0, barrier=comm.Barrier)
     main_cpu, lib_cpu = _cpu_by_kind(cpu0, common.thread_cpu(), main_tid, library)
@@ -121,6 +127,10 @@ def worker(args):
            "floor_strategy": floor["strategy"],
            "calls": stats(calls)["median"] * per,
            "cpu_main": main_cpu / args.reps * per, "cpu_library": lib_cpu / args.reps * per}
+    steps.sort()
+    out["step_quantiles"] = {"%d%%" % q: {"us_per_tensor": steps[k][0] * per, "cycles": steps[k][1]}
+                             for q in (25, 50, 90)
+                             for k in [min(len(steps) - 1, len(steps) * q // 100)]}
 
     def loop_of(fn):
         times = []
@@ -203,6 +213,11 @@ def report(results):
               "microseconds per tensor (medians)" % (first.get("count"), first.get("bytes"),
                                                      first.get("ranks")))
     for r in results:
+        q = r.get("step_quantiles")
+        if q and "cycles_per_step" in r:
+            print("%s: steps by time: %s (us per tensor, negotiation cycles)" % (
+                common.label(r), ", ".join("%s %.2f (%d)" % (k, v["us_per_tensor"], v["cycles"])
+                                           for k, v in q.items())))
         if "cycles_per_step" in r:
             print("%s: %.1f negotiation cycles and %.1f executor runs per step; floor: %s"
                   % (common.label(r), r["cycles_per_step"], r["groups_per_step"],

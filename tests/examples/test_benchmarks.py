@@ -104,6 +104,10 @@ def test_call_cost():
     assert set(r["stages"]) == {"negotiate", "plan", "execute", "complete", "sleep"}
     assert r["stages"]["execute"] > 0 and r["stages"]["complete"] > 0
     assert 1 <= r["groups_per_step"] <= 50
+    q = r["step_quantiles"]
+    assert list(q) == ["25%", "50%", "90%"]
+    assert 0 < q["25%"]["us_per_tensor"] <= q["50%"]["us_per_tensor"] <= q["90%"]["us_per_tensor"]
+    assert all(v["cycles"] >= 1 for v in q.values())
 
 
 def test_idle_cpu():
