@@ -101,7 +101,8 @@ void Submit(EngineOp* op) {
     entries.push_back(TakeEntry(t, op->set->id));
     TensorTableEntry& e = entries.back();
     const Label label{OpTypeName(e.request.op_type), e.request.name.c_str()};
-    Status s = DataAtRun(t.input, label, &e.input.data);
+    const int ndim = (int)e.request.shape.size();  // the input's; the output's is alike
+    Status s = DataAtRun(t.input, label, &e.input.data, ndim);
     if (s.ok() && !t.in_place) s = DataAtRun(t.output, label, &e.output.data);
     if (!s.ok()) {
       // Whether this happens can differ between ranks (it depends on when the engine ran

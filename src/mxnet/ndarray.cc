@@ -90,7 +90,13 @@ Status WaitDefaultLayout(void* handle) {
   return ResolveLayout(handle);
 }
 
-Status DataAtRun(void* handle, const Label& label, void** data) {
+Status DataAtRun(void* handle, const Label& label, void** data, int ndim) {
+  if (ndim == 0 || ndim == 1) {
+    if (MXNDArrayGetData(handle, data) != 0) {
+      return Status::PreconditionError(label.str() + ": " + LastMXNetError());
+    }
+    return Status::OK();
+  }
   // MXNDArrayToDLPack never waits: for an array in MKLDNN layout it fails its check instead
   // (MXNDArrayGetData would reorder and wait for our own operation: a deadlock).
   DLManagedTensorHandle dl = nullptr;

@@ -47,7 +47,11 @@ Status WaitWriters(void* handle);
 Status WaitDefaultLayout(void* handle);
 // The data pointer when the engine runs the operation, without waiting: fails with a clear
 // message if an operation queued before ours converted the array to MKLDNN's layout.
-Status DataAtRun(void* handle, const Label& what, void** data);
+// `ndim` (if known, else -1): an array of 0 or 1 dimensions has no layout of MKLDNN's own
+// (its only format is the default one), so MXNDArrayGetData reads it without reordering or
+// waiting, and without the DLPack tensor that the check of other arrays allocates (a
+// seventh of the per-tensor call's instructions for 1 KiB vectors, call_cost.py).
+Status DataAtRun(void* handle, const Label& what, void** data, int ndim = -1);
 // The number of elements of the array's current shape (1 for a 0-d array), -1 if MXNet
 // cannot tell.
 int64_t Elements(void* handle);

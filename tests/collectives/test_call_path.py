@@ -159,3 +159,24 @@ def test_warnings_name_the_scripts_line_under_default_filters(tmp_path):
     assert "warned.py:6: DeprecationWarning: Parameter `average`" in proc.stderr, proc.stderr
     assert "warned.py:8: UserWarning: DistributedTrainer does not take a " \
         "DistributedOptimizer" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("kwargs", [dict(name="g"), dict(name="g", op=hvd.Sum, priority=-3),
+                                    dict(name="g", op=hvd.Max, process_set=None),
+                                    dict(name="g", prescale_factor=1.0, postscale_factor=1.0,
+                                         process_set=hvd.global_process_set)],
+                         ids=repr)
+def test_the_fast_in_place_path_sends_what_the_checked_path_sends(core, kwargs):
+    # allreduce_ takes a short path for the per-gradient call; allreduce_plain is the
+    # checked one. Both must hand the core the same arguments.
+    x = mx.nd.ones((3,))
+    hvd.allreduce_(x, **kwargs)
+    full = dict(average=None, name=None, priority=0, prescale_factor=1.0,
+                postscale_factor=1.0, process_set=hvd.global_process_set, op=None)
+    full.update(kwargs)
+    submit.allreduce_plain(x, x, full["average"], full["name"], full["priority"],
+                           full["prescale_factor"], full["postscale_factor"], full["op"],
+                           full["process_set"], "allreduce_")
+    fast, checked = core.calls
+    assert fast == checked
+    assert [type(a) for a in fast] == [type(a) for a in checked]
