@@ -127,23 +127,11 @@ void RunCycle(ProcessSet& set, bool shutdown_requested, MPI_Comm world, int worl
   LoopStats& stats = Stats();                   // [stats] benchmarks/call_cost.py
   const uint64_t t_start = NowNs();
   *fatal = set.controller->ComputeResponses(shutdown_requested, result);
-  uint64_t t_mark = NowNs();
+  const uint64_t t_mark = NowNs();
   AddTo(stats.cycles, 1);
   AddTo(stats.negotiate_ns, t_mark - t_start);
-  uint64_t t_execute = 0, t_complete = 0;
-  struct PlanTime {  // the cycle's time outside negotiation, execution and callbacks
-    LoopStats& st;
-    const uint64_t& mark;
-    const uint64_t& execute;
-    const uint64_t& complete;
-    ~PlanTime() {
-      const uint64_t spent = NowNs() - mark;
-      AddTo(st.plan_ns, spent > execute + complete ? spent - execute - complete : 0);
-      AddTo(st.execute_ns, execute);
-      AddTo(st.complete_ns, complete);
-    }
-  } plan_time{stats, t_mark, t_execute, t_complete};
   if (!fatal->ok()) return;
+  uint64_t t_execute = 0, t_complete = 0;  // summed over the groups below
   if (result->shutdown && set.id == 0) {
     // Stopped before this cycle's callbacks run: a caller woken by one of its errors (a
     // stall shutdown's) already finds mxhorovod stopped, and new calls are refused.
@@ -249,6 +237,12 @@ void RunCycle(ProcessSet& set, bool shutdown_requested, MPI_Comm world, int worl
     }
     t_complete += NowNs() - t1;
   }
+  // [stats] The rest of the cycle: error responses, control operations, taking the
+  // entries and planning the groups.
+  const uint64_t spent = NowNs() - t_mark;
+  AddTo(stats.plan_ns, spent > t_execute + t_complete ? spent - t_execute - t_complete : 0);
+  AddTo(stats.execute_ns, t_execute);
+  AddTo(stats.complete_ns, t_complete);
 }
 
 // Registers the sets given to init(): checks that every rank passed the same list.

@@ -18,10 +18,6 @@ void Wake() {
   st.wake_cv.notify_one();
 }
 
-}  // namespace mxhorovod
-
-namespace mxhorovod {
-
 LoopStats& Stats() {
   static LoopStats* s = new LoopStats();  // never destroyed, as S()
   return *s;
